@@ -1,0 +1,169 @@
+"""Engine: the one inference interface of the CLI and the HTTP app.
+
+Text -> tokens -> ids / table rows -> length-bucketed batches -> backend recurrences -> l2norm / abs ->
+vectors in the caller's order. Backends only run ``x (T, B, F), lengths -> last state``, so the torch and
+ONNX backends are interchangeable and padding never changes a vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from app.runtime.bucketing import length_batches, pad_ids, reverse_padded
+from app.runtime.scoring import error_matrix
+from app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for
+from converters.artifact import Artifact, read_artifact
+from converters.errors import EncodeInputError
+
+BACKENDS = ("onnx", "torch")
+
+
+class Backend(Protocol):
+    name: str
+    providers: list[str]
+
+    def recurrent(self, part: str, x: np.ndarray, lengths: np.ndarray) -> np.ndarray: ...
+
+    def image_projection(self, features: np.ndarray) -> np.ndarray: ...
+
+
+def l2normalize(x: np.ndarray) -> np.ndarray:
+    """Row-wise, no epsilon (as the original)."""
+    return x / np.sqrt((x * x).sum(axis=-1, keepdims=True))
+
+
+@dataclass
+class Encoded:
+    vectors: np.ndarray  # (N, dim) float32
+    token_counts: list[int]  # steps run per sentence, eos included
+
+
+def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
+    if backend == "torch":
+        from app.runtime.torch_backend import TorchBackend
+
+        return TorchBackend(artifact, **options)
+    if backend == "onnx":
+        from app.runtime.onnx_backend import OnnxBackend
+
+        return OnnxBackend(artifact, **options)
+    raise EncodeInputError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+
+
+class Engine:
+    """Encodes sentences and images for one model artifact."""
+
+    def __init__(self, artifact: Artifact, backend: Backend) -> None:
+        self.artifact, self.backend = artifact, backend
+        m = artifact.manifest
+        self.family: str = artifact.family
+        self.tokenizer_name: str = m["tokenizer"]
+        self.defaults: dict[str, bool] = m["defaults"]
+        self.output_dim: int = m["dims"]["output_dim"]
+        if self.family == "order-embedding":
+            tensors = artifact.tensors()
+            self.wemb = tensors["sentence.embedding.weight"]
+            self.vocab: OrderVocabulary | TableVocabulary = OrderVocabulary(
+                artifact.read_json("vocab.json")["worddict"], m["dims"]["n_words"]
+            )
+            self.use_abs = bool(m["options"]["abs"])
+            self.method: str = m["options"]["method"]
+        else:
+            self.vocab = TableVocabulary(artifact.read_json("dictionary.json")["words"])
+            self.tables = {part: artifact.table(info["table"]) for part, info in m["parts"].items()}
+            self.use_abs = False
+            self.method = "cosine"
+
+    @classmethod
+    def open(cls, path: Path | str, *, backend: str = "onnx", **options: Any) -> Engine:
+        artifact = read_artifact(Path(path))
+        return cls(artifact, open_backend(artifact, backend, **options))
+
+    # -- text ---------------------------------------------------------------------------------------
+    def token_ids(self, sentences: Sequence[str], *, pretokenized: bool, eos: bool) -> list[list[int]]:
+        tokenize = tokenizer_for(self.tokenizer_name, pretokenized=pretokenized)
+        seqs = [self.vocab.ids(tokenize(s), eos=eos) for s in sentences]
+        empty = [i for i, s in enumerate(seqs) if not s]
+        if empty:
+            raise EncodeInputError(
+                f"sentence {empty[0]} has no tokens and eos is off: there is no step to encode "
+                f"({len(empty)} such sentence(s))"
+            )
+        return seqs
+
+    def encode_sentences(
+        self,
+        sentences: Sequence[str],
+        *,
+        pretokenized: bool = False,
+        eos: bool | None = None,
+        normalize: bool | None = None,
+        batch_size: int = 128,
+    ) -> np.ndarray:
+        return self.encode(
+            sentences, pretokenized=pretokenized, eos=eos, normalize=normalize, batch_size=batch_size
+        ).vectors
+
+    def encode(
+        self,
+        sentences: Sequence[str],
+        *,
+        pretokenized: bool = False,
+        eos: bool | None = None,
+        normalize: bool | None = None,
+        batch_size: int = 128,
+    ) -> Encoded:
+        eos = self.defaults["eos"] if eos is None else eos
+        normalize = self.defaults["normalize"] if normalize is None else normalize
+        seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=eos)
+        out = np.empty((len(seqs), self.output_dim), dtype=np.float32)
+        for idx in length_batches([len(s) for s in seqs], batch_size):
+            ids, lengths = pad_ids([seqs[i] for i in idx])
+            out[idx] = self._encode_batch(ids, lengths, normalize=normalize)
+        return Encoded(out, [len(s) for s in seqs])
+
+    def _encode_batch(self, ids: np.ndarray, lengths: np.ndarray, *, normalize: bool) -> np.ndarray:
+        if self.family == "order-embedding":
+            h = self.backend.recurrent("sentence", self.wemb[ids], lengths)
+            if not normalize:
+                return h
+            h = l2normalize(h)
+            return np.abs(h) if self.use_abs else h
+        parts = []
+        if "uni" in self.tables:
+            uni = self.backend.recurrent("uni", np.asarray(self.tables["uni"][ids]), lengths)
+            parts.append(l2normalize(uni) if normalize else uni)
+        if "bi" in self.tables:
+            x = np.asarray(self.tables["bi"][ids])
+            fwd = self.backend.recurrent("bi_fwd", x, lengths)
+            bwd = self.backend.recurrent("bi_bwd", reverse_padded(x, lengths), lengths)
+            bi = np.concatenate([fwd, bwd], axis=1)
+            parts.append(l2normalize(bi) if normalize else bi)
+        return np.concatenate(parts, axis=1)
+
+    # -- images and scores --------------------------------------------------------------------------
+    def encode_images(self, features: np.ndarray) -> np.ndarray:
+        if self.family != "order-embedding":
+            raise EncodeInputError("this model has no image encoder (skip-thoughts encodes text only)")
+        dim_image = self.artifact.manifest["dims"]["dim_image"]
+        feats = np.asarray(features)
+        if feats.ndim != 2 or feats.shape[1] != dim_image:
+            raise EncodeInputError(f"image features must have shape (N, {dim_image}), got {feats.shape}")
+        if not np.issubdtype(feats.dtype, np.floating) or not np.isfinite(feats).all():
+            raise EncodeInputError("image features must be finite floating-point numbers")
+        h = l2normalize(self.backend.image_projection(feats.astype(np.float32, copy=False)))
+        return np.abs(h) if self.use_abs else h
+
+    def score(self, captions: np.ndarray, images: np.ndarray) -> np.ndarray:
+        """The caption x image error matrix with the model's own method (lower is better)."""
+        if captions.ndim != 2 or images.ndim != 2 or captions.shape[1] != images.shape[1]:
+            raise EncodeInputError(
+                "sentence and image vectors must be 2-d with equal widths, "
+                f"got {captions.shape} and {images.shape}"
+            )
+        return error_matrix(captions, images, self.method)

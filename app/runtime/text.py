@@ -1,0 +1,55 @@
+"""Sentences -> token ids or word-table rows, exactly as the original encode paths look words up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from converters.errors import EncodeInputError
+from models.tokenize import get_tokenizer, whitespace_tokens
+
+EOS_ID, UNK_ID = 0, 1
+
+
+def tokenizer_for(name: str, *, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Pre-tokenized input is split on whitespace only (the original behaviour)."""
+    return whitespace_tokens if pretokenized else get_tokenizer(name)
+
+
+class OrderVocabulary:
+    """worddict lookup: unknown words and ids >= n_words become UNK (1); ``<eos>`` is id 0."""
+
+    def __init__(self, worddict: dict[str, int], n_words: int) -> None:
+        self.worddict, self.n_words = worddict, n_words
+
+    def ids(self, tokens: Sequence[str], *, eos: bool) -> list[int]:
+        ids = []
+        for w in tokens:
+            i = self.worddict.get(w, UNK_ID)
+            ids.append(i if i < self.n_words else UNK_ID)
+        if eos:
+            ids.append(EOS_ID)
+        return ids
+
+
+class TableVocabulary:
+    """dictionary.txt lookup into the word tables: missing words take the ``UNK`` row (case-sensitive)."""
+
+    def __init__(self, words: Sequence[str]) -> None:
+        self.index = {w: i for i, w in enumerate(words)}  # a duplicated word keeps the later row
+        self.unk = self.index.get("UNK")
+        self.eos = self.index.get("<eos>")
+
+    def ids(self, tokens: Sequence[str], *, eos: bool) -> list[int]:
+        rows = []
+        for w in tokens:
+            i = self.index.get(w, self.unk)
+            if i is None:
+                raise EncodeInputError(
+                    f"word {w!r} is not in the dictionary and the dictionary has no 'UNK' row"
+                )
+            rows.append(i)
+        if eos:
+            if self.eos is None:
+                raise EncodeInputError("eos requested but the dictionary has no '<eos>' row")
+            rows.append(self.eos)
+        return rows

@@ -1,0 +1,75 @@
+"""Reference backend: the PyTorch modules of ``models``. The only runtime module that imports torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from converters.artifact import Artifact
+from converters.errors import ManifestMismatchError
+from models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
+
+
+def build_module(artifact: Artifact) -> torch.nn.Module:
+    """Instantiate the artifact's module from its manifest and load its weights strictly."""
+    m = artifact.manifest
+    dims = m["dims"]
+    module: torch.nn.Module
+    if artifact.family == "order-embedding":
+        cfg = OrderEmbeddingConfig(
+            cell=m["cell"],
+            n_words=dims["n_words"],
+            dim_word=dims["dim_word"],
+            dim=dims["dim"],
+            dim_image=dims["dim_image"],
+            use_abs=bool(m["options"]["abs"]),
+        )
+        module = OrderEmbedding(cfg)
+    else:
+        parts = m["parts"]
+        uni, bi = parts.get("uni"), parts.get("bi")
+        module = SkipThoughts(
+            SkipThoughtsConfig(
+                dim_word=dims["dim_word"],
+                uni_cell=uni and uni["cell"],
+                uni_dim=uni and uni["dim"],
+                bi_cell=bi and bi["cell"],
+                bi_dim=bi and bi["dim"],
+            )
+        )
+    state = {k: torch.from_numpy(np.array(v)) for k, v in artifact.tensors().items()}
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0:3]
+        raise ManifestMismatchError(
+            f"{artifact.path}: weights do not match the manifest: {' '.join(first)}"
+        ) from None
+    return module.eval()
+
+
+class TorchBackend:
+    """Runs the recurrences and the image projection with the reference PyTorch modules."""
+
+    name = "torch"
+
+    def __init__(self, artifact: Artifact, *, threads: int | None = None) -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        self.module = build_module(artifact)
+        self.providers = ["torch-cpu"]
+
+    def _part(self, part: str) -> torch.nn.Module:
+        if part == "sentence":
+            return self.module.sentence.rnn
+        return getattr(self.module, part)
+
+    @torch.inference_mode()
+    def recurrent(self, part: str, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """x (T, B, F) float32, lengths (B,) -> state after each row's last valid step (B, d)."""
+        rnn = self._part(part)
+        return rnn.last_state(torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(lengths)).numpy()
+
+    @torch.inference_mode()
+    def image_projection(self, features: np.ndarray) -> np.ndarray:
+        return self.module.image.proj(torch.from_numpy(np.ascontiguousarray(features))).numpy()

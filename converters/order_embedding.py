@@ -1,0 +1,114 @@
+"""Order-embedding checkpoints: ``PREFIX.npz`` (parameters) + ``PREFIX.pkl`` ({'options', 'worddict'})."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converters import CONVERTER_VERSION
+from converters.artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
+from converters.detect import detect_cell
+from converters.errors import CorruptFileError
+from converters.legacy_files import read_legacy_pickle, read_npz, sha256_file
+from converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
+
+log = logging.getLogger("lnserve.converters")
+
+_REQUIRED_OPTIONS = ("encoder", "dim", "dim_word", "dim_image", "n_words")
+
+
+@dataclass
+class ConvertedOrderEmbedding:
+    """Everything an order-embedding artifact holds, before it is written."""
+
+    cell: str
+    options: dict[str, Any]
+    worddict: dict[str, int]
+    tensors: dict[str, np.ndarray]
+    notes: list[str]
+    sources: dict[str, str]
+
+
+def _options(pkl: Any, source: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    if not isinstance(pkl, dict) or "options" not in pkl or "worddict" not in pkl:
+        raise CorruptFileError(f"{source}: expected a dict with 'options' and 'worddict'")
+    options, worddict = pkl["options"], pkl["worddict"]
+    if not isinstance(options, dict) or not isinstance(worddict, dict):
+        raise CorruptFileError(f"{source}: 'options' and 'worddict' must be dicts")
+    missing = [k for k in _REQUIRED_OPTIONS if k not in options]
+    if missing:
+        raise CorruptFileError(f"{source}: options lack {', '.join(missing)}")
+    bad = [k for k, v in worddict.items() if not isinstance(k, str) or not isinstance(v, int)]
+    if bad:
+        raise CorruptFileError(f"{source}: worddict entries must map words to int ids ({len(bad)} do not)")
+    return dict(options), dict(worddict)
+
+
+def read_order_embedding(prefix: Path, *, cell: str | None = None) -> ConvertedOrderEmbedding:
+    """Read and validate ``PREFIX.npz`` + ``PREFIX.pkl``; raise on any missing or mis-shaped parameter."""
+    npz_path, pkl_path = Path(f"{prefix}.npz"), Path(f"{prefix}.pkl")
+    options, worddict = _options(read_legacy_pickle(pkl_path), pkl_path)
+    params = read_npz(npz_path)
+    chosen, note = detect_cell(str(options["encoder"]), params.keys(), prefix="encoder", override=cell)
+    notes = [note] if note else []
+    n_words, dim_word, dim, dim_image = (int(options[k]) for k in ("n_words", "dim_word", "dim", "dim_image"))
+    expected = {
+        "Wemb": (n_words, dim_word),
+        "ff_image_W": (dim_image, dim),
+        "ff_image_b": (dim,),
+        **expected_cell_shapes("encoder", chosen, dim_word, dim),
+    }
+    check_params(params, expected, source=str(npz_path))
+    extras = extra_keys(params, expected)
+    if extras:
+        notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(extras)}")
+    tensors = {
+        "sentence.embedding.weight": params["Wemb"],
+        **{f"sentence.rnn.cell.{k}": v for k, v in cell_state_dict(params, "encoder", chosen).items()},
+        "image.proj.weight": np.ascontiguousarray(params["ff_image_W"].T),
+        "image.proj.bias": params["ff_image_b"],
+    }
+    for n in notes:
+        log.warning(n)
+    sources = {npz_path.name: sha256_file(npz_path), pkl_path.name: sha256_file(pkl_path)}
+    return ConvertedOrderEmbedding(chosen, options, worddict, tensors, notes, sources)
+
+
+def write_order_embedding(
+    model: ConvertedOrderEmbedding, out: Path, *, name: str, demo: bool = False, overwrite: bool = False
+) -> dict[str, Any]:
+    """Write the artifact directory; returns the manifest."""
+    opts = model.options
+    manifest = {
+        "name": name,
+        "family": "order-embedding",
+        "demo": demo,
+        "description": "DEMO model with random weights: vectors are meaningless" if demo else "",
+        "converter_version": CONVERTER_VERSION,
+        "cell": model.cell,
+        "dims": {
+            "n_words": int(opts["n_words"]),
+            "dim_word": int(opts["dim_word"]),
+            "dim": int(opts["dim"]),
+            "dim_image": int(opts["dim_image"]),
+            "output_dim": int(opts["dim"]),
+        },
+        "options": {
+            "method": str(opts.get("method", "order")),
+            "abs": bool(opts.get("abs", False)),
+            "margin": float(opts.get("margin", 0.0)),
+            "encoder_in_options": str(opts["encoder"]),
+        },
+        "tokenizer": "coco",
+        "defaults": {"eos": True, "normalize": True},
+        "sources": model.sources,
+        "notes": model.notes,
+    }
+    with staging_dir(out, overwrite=overwrite) as tmp:
+        save_weights(tmp, model.tensors)
+        write_json(tmp / VOCAB, {"worddict": model.worddict})
+        return finish_manifest(tmp, manifest)

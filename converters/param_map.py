@@ -1,0 +1,89 @@
+"""Theano parameter names -> PyTorch module names: which arrays concatenate, which transpose, what shape.
+
+Legacy names (``encoder_Wx``) appear only here and in ``detect.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from converters.errors import MissingParameterError, ShapeMismatchError
+from models.cells import GRU_CELLS, LSTM_CELLS
+
+_NORM_GROUPS_GRU = (
+    ("1", "norm_ih_ru", 2),
+    ("2", "norm_ih_c", 1),
+    ("3", "norm_hh_ru", 2),
+    ("4", "norm_hh_c", 1),
+)
+_NORM_GROUPS_LSTM = (("1", "norm_ih", 4), ("2", "norm_hh", 4), ("3", "norm_cell", 1))
+
+
+def expected_cell_shapes(prefix: str, cell: str, n_in: int, d: int) -> dict[str, tuple[int, ...]]:
+    """Every legacy key a cell of this type needs, with its shape (Theano (in, out) layout)."""
+    if cell in GRU_CELLS:
+        shapes: dict[str, tuple[int, ...]] = {
+            "W": (n_in, 2 * d),
+            "b": (2 * d,),
+            "U": (d, 2 * d),
+            "Wx": (n_in, d),
+            "Ux": (d, d),
+            "bx": (d,),
+        }
+        groups = _NORM_GROUPS_GRU
+    elif cell in LSTM_CELLS:
+        shapes = {"W": (n_in, 4 * d), "U": (d, 4 * d), "b": (4 * d,)}
+        groups = _NORM_GROUPS_LSTM
+    else:
+        raise ValueError(f"unknown cell type {cell!r}")
+    for idx, _, mult in groups:
+        if cell.startswith(("ln", "rln")):
+            shapes[f"s{idx}"] = (mult * d,)
+        if cell.startswith("ln"):
+            shapes[f"b{idx}"] = (mult * d,)
+    return {f"{prefix}_{name}": shape for name, shape in shapes.items()}
+
+
+def check_params(
+    params: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]], *, source: str
+) -> None:
+    """Collect every missing key and every bad shape or dtype, then raise once."""
+    missing = sorted(k for k in expected if k not in params)
+    if missing:
+        raise MissingParameterError(f"{source}: missing parameter(s) {', '.join(missing)}")
+    problems = []
+    for key, shape in expected.items():
+        arr = params[key]
+        if tuple(arr.shape) != shape:
+            problems.append(f"{key}: expected shape {shape}, found {tuple(arr.shape)}")
+        elif arr.dtype != np.float32:
+            problems.append(f"{key}: expected float32, found {arr.dtype}")
+    if problems:
+        raise ShapeMismatchError(f"{source}: " + "; ".join(problems))
+
+
+def cell_state_dict(params: Mapping[str, np.ndarray], prefix: str, cell: str) -> dict[str, np.ndarray]:
+    """Module-named tensors for one cell, in PyTorch (out, in) layout (call ``check_params`` first)."""
+    p = {k[len(prefix) + 1 :]: v for k, v in params.items() if k.startswith(prefix + "_")}
+    if cell in GRU_CELLS:
+        out = {
+            "weight_ih": np.concatenate([p["W"], p["Wx"]], axis=1).T,  # rows [r; u; candidate]
+            "bias_ih": np.concatenate([p["b"], p["bx"]]),
+            "weight_hh": np.concatenate([p["U"], p["Ux"]], axis=1).T,
+        }
+        groups = _NORM_GROUPS_GRU
+    else:
+        out = {"weight_ih": p["W"].T, "weight_hh": p["U"].T, "bias": p["b"]}  # gate order stays i, f, o, g
+        groups = _NORM_GROUPS_LSTM
+    for idx, name, _ in groups:
+        if f"s{idx}" in p and cell.startswith(("ln", "rln")):
+            out[f"{name}.weight"] = p[f"s{idx}"]
+        if f"b{idx}" in p and cell.startswith("ln"):
+            out[f"{name}.bias"] = p[f"b{idx}"]
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def extra_keys(params: Iterable[str], used: Iterable[str]) -> list[str]:
+    return sorted(set(params) - set(used))

@@ -1,0 +1,139 @@
+"""Skip-thoughts checkpoints: ``uni_skip.npz`` / ``bi_skip.npz`` with their bare-options ``.npz.pkl``,
+plus ``utable.npy``, ``btable.npy`` and ``dictionary.txt`` from one tables directory.
+
+The tables (930,913 x 620 float32, about 2.3 GB each) are streamed straight into the artifact.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converters import CONVERTER_VERSION
+from converters.artifact import finish_manifest, save_weights, staging_dir, write_json
+from converters.detect import detect_cell
+from converters.errors import CorruptFileError, TableMismatchError, UserInputError
+from converters.legacy_files import (
+    convert_table,
+    read_dictionary,
+    read_legacy_pickle,
+    read_npz,
+    require_file,
+    sha256_file,
+)
+from converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
+
+log = logging.getLogger("lnserve.converters")
+
+DICTIONARY = "dictionary.json"
+TABLE_FILES = {"uni": ("utable.npy", "uni_table.npy"), "bi": ("btable.npy", "bi_table.npy")}
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class SkipHalf:
+    """One of uni-skip / bi-skip, validated."""
+
+    kind: str  # "uni" or "bi"
+    cell: str
+    dim: int
+    dim_word: int
+    tensors: dict[str, np.ndarray]
+    notes: list[str]
+    sources: dict[str, str]
+
+
+def read_skip_half(npz_path: Path, kind: str, *, cell: str | None = None) -> SkipHalf:
+    """Read ``X.npz`` + ``X.npz.pkl`` (a bare options dict) for the uni or bi model."""
+    pkl_path = Path(f"{npz_path}.pkl")
+    options = read_legacy_pickle(pkl_path)
+    if not isinstance(options, dict) or not all(k in options for k in ("dim", "dim_word", "encoder")):
+        raise CorruptFileError(f"{pkl_path}: expected an options dict with dim, dim_word and encoder")
+    params = read_npz(npz_path)
+    dim, dim_word = int(options["dim"]), int(options["dim_word"])
+    prefixes = ["encoder"] if kind == "uni" else ["encoder", "encoder_r"]
+    chosen, note = detect_cell(str(options["encoder"]), params.keys(), prefix="encoder", override=cell)
+    notes = [note] if note else []
+    expected: dict[str, tuple[int, ...]] = {}
+    for prefix in prefixes:
+        expected.update(expected_cell_shapes(prefix, chosen, dim_word, dim))
+    check_params(params, expected, source=str(npz_path))
+    extras = extra_keys(params, expected)
+    if extras:
+        notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(extras)}")
+    modules = {"uni": {"encoder": "uni"}, "bi": {"encoder": "bi_fwd", "encoder_r": "bi_bwd"}}[kind]
+    tensors: dict[str, np.ndarray] = {}
+    for prefix, module in modules.items():
+        for k, v in cell_state_dict(params, prefix, chosen).items():
+            tensors[f"{module}.cell.{k}"] = v
+    for n in notes:
+        log.warning(n)
+    sources = {npz_path.name: sha256_file(npz_path), pkl_path.name: sha256_file(pkl_path)}
+    return SkipHalf(kind, chosen, dim, dim_word, tensors, notes, sources)
+
+
+def convert_skip_thoughts(
+    *,
+    uni: Path | None,
+    bi: Path | None,
+    tables: Path,
+    out: Path,
+    name: str,
+    cell: str | None = None,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Validate the models, stream the tables into a new artifact at ``out``; returns the manifest."""
+    if uni is None and bi is None:
+        raise UserInputError("give at least one of --uni and --bi")
+    halves = [read_skip_half(p, k, cell=cell) for k, p in (("uni", uni), ("bi", bi)) if p is not None]
+    dim_words = {h.dim_word for h in halves}
+    if len(dim_words) != 1:
+        raise CorruptFileError(f"uni and bi disagree on dim_word: {sorted(dim_words)}")
+    dim_word = dim_words.pop()
+    dict_path = tables / "dictionary.txt"
+    words = read_dictionary(dict_path)
+    sources = {dict_path.name: sha256_file(dict_path)}
+    for h in halves:
+        sources.update(h.sources)
+    with staging_dir(out, overwrite=overwrite) as tmp:
+        for h in halves:
+            src_name, dst_name = TABLE_FILES[h.kind]
+            src = require_file(tables / src_name)
+            n, d = convert_table(
+                src,
+                tmp / dst_name,
+                progress=(lambda i, t, s=src_name: progress(s, i, t)) if progress else None,
+            )
+            if n != len(words):
+                raise TableMismatchError(f"{src}: {n} rows but dictionary.txt has {len(words)} lines")
+            if d != dim_word:
+                raise TableMismatchError(f"{src}: rows have {d} values, the model's dim_word is {dim_word}")
+            sources[src_name] = sha256_file(src)
+        save_weights(tmp, {k: v for h in halves for k, v in h.tensors.items()})
+        write_json(tmp / DICTIONARY, {"words": words})
+        manifest = {
+            "name": name,
+            "family": "skip-thoughts",
+            "demo": False,
+            "description": "",
+            "converter_version": CONVERTER_VERSION,
+            "parts": {
+                h.kind: {"cell": h.cell, "dim": h.dim, "table": TABLE_FILES[h.kind][1]} for h in halves
+            },
+            "dims": {
+                "dim_word": dim_word,
+                "n_table_rows": len(words),
+                "output_dim": sum(h.dim * (2 if h.kind == "bi" else 1) for h in halves),
+            },
+            "tokenizer": "treebank",
+            "defaults": {"eos": False, "normalize": True},
+            "sources": sources,
+            "notes": [n for h in halves for n in h.notes],
+        }
+        return finish_manifest(tmp, manifest)

@@ -1,0 +1,151 @@
+"""One-step recurrent cells of the legacy code, in PyTorch (out, in) weight layout.
+
+Every cell splits its work in two, so the input side can be hoisted out of the time loop:
+``project_inputs`` maps all timesteps at once (the input GEMM and the input-side norms), and
+``step`` applies the recurrent part for one timestep.
+
+GRU family gate rows are [r; u; candidate] (Theano [W | Wx] transposed); LSTM family rows keep the
+Theano order i, f, o, g. Biases ``bias_ih`` / ``bias`` are *pre-norm* biases and are never folded into
+norm biases, because they shift the statistics.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from models.norms import make_norm
+
+State = tuple[torch.Tensor, ...]
+
+GRU_CELLS = ("gru", "lngru", "rlngru")
+LSTM_CELLS = ("lstm", "lnlstm", "rlnlstm")
+CELL_TYPES = GRU_CELLS + LSTM_CELLS
+
+
+class GRUFamilyCell(nn.Module):
+    """GRU with optional LN / RMS norms on four groups: [r|u] in, candidate in, [r|u] rec, candidate rec."""
+
+    norm_kind: ClassVar[str | None] = None
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        d = hidden_size
+        self.input_size, self.hidden_size = input_size, d
+        self.weight_ih = nn.Parameter(torch.zeros(3 * d, input_size))
+        self.bias_ih = nn.Parameter(torch.zeros(3 * d))
+        self.weight_hh = nn.Parameter(torch.zeros(3 * d, d))
+        self.norm_ih_ru = make_norm(self.norm_kind, 2 * d)
+        self.norm_ih_c = make_norm(self.norm_kind, d)
+        self.norm_hh_ru = make_norm(self.norm_kind, 2 * d)
+        self.norm_hh_c = make_norm(self.norm_kind, d)
+
+    def initial_state(self, batch: int, like: torch.Tensor) -> State:
+        return (like.new_zeros(batch, self.hidden_size),)
+
+    def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """(T, B, n_in) -> (T, B, 3d): x W + b for every step, input-side norms applied."""
+        d = self.hidden_size
+        proj = torch.matmul(x, self.weight_ih.t()) + self.bias_ih  # (T, B, 3d)
+        return torch.cat([self.norm_ih_ru(proj[..., : 2 * d]), self.norm_ih_c(proj[..., 2 * d :])], dim=-1)
+
+    def step(self, x_proj: torch.Tensor, state: State) -> State:
+        """One timestep: x_proj (B, 3d), state (h,) with h (B, d)."""
+        (h,) = state
+        d = self.hidden_size
+        rec = torch.matmul(h, self.weight_hh.t())  # (B, 3d)
+        gates = torch.sigmoid(x_proj[:, : 2 * d] + self.norm_hh_ru(rec[:, : 2 * d]))
+        r, u = gates[:, :d], gates[:, d:]
+        # The reset multiplies the (normalised) recurrent candidate term; no recurrent candidate bias.
+        candidate = torch.tanh(x_proj[:, 2 * d :] + r * self.norm_hh_c(rec[:, 2 * d :]))
+        return (u * h + (1.0 - u) * candidate,)
+
+
+class GRUCell(GRUFamilyCell):
+    """Plain legacy GRU (ivendrov/order-embedding, skip-thoughts)."""
+
+
+class LNGRUCell(GRUFamilyCell):
+    """Kiros layer-norm GRU (ryankiros/layer-norm)."""
+
+    norm_kind = "ln"
+
+
+class RMSGRUCell(GRUFamilyCell):
+    """Zhang & Sennrich RMSNorm GRU (bzhangGo/rmsnorm)."""
+
+    norm_kind = "rms"
+
+
+class LSTMFamilyCell(nn.Module):
+    """Legacy LSTM: gates i, f, o, g; ``bias`` added before the input norm and again after the norms."""
+
+    norm_kind: ClassVar[str | None] = None
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        d = hidden_size
+        self.input_size, self.hidden_size = input_size, d
+        self.weight_ih = nn.Parameter(torch.zeros(4 * d, input_size))
+        self.weight_hh = nn.Parameter(torch.zeros(4 * d, d))
+        self.bias = nn.Parameter(torch.zeros(4 * d))
+        self.norm_ih = make_norm(self.norm_kind, 4 * d)
+        self.norm_hh = make_norm(self.norm_kind, 4 * d)
+        self.norm_cell = make_norm(self.norm_kind, d)
+
+    def initial_state(self, batch: int, like: torch.Tensor) -> State:
+        zeros = like.new_zeros(batch, self.hidden_size)
+        return (zeros, zeros.clone())
+
+    def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """(T, B, n_in) -> (T, B, 4d): norm(x W + b)."""
+        return self.norm_ih(torch.matmul(x, self.weight_ih.t()) + self.bias)
+
+    def step(self, x_proj: torch.Tensor, state: State) -> State:
+        """One timestep: state (h, c); the carried c is un-normalised, the cell norm feeds h only."""
+        h, c = state
+        d = self.hidden_size
+        q = x_proj + self.norm_hh(torch.matmul(h, self.weight_hh.t())) + self.bias  # b added the second time
+        i, f, o = (torch.sigmoid(q[:, k * d : (k + 1) * d]) for k in range(3))
+        g = torch.tanh(q[:, 3 * d :])
+        c_new = f * c + i * g
+        return (o * torch.tanh(self.norm_cell(c_new)), c_new)
+
+
+class LSTMCell(LSTMFamilyCell):
+    """Plain legacy LSTM (ryankiros/layer-norm ``lstm_layer``)."""
+
+
+class LNLSTMCell(LSTMFamilyCell):
+    """Layer-norm LSTM (ryankiros/layer-norm ``lnlstm_layer``)."""
+
+    norm_kind = "ln"
+
+
+class RMSLSTMCell(LSTMFamilyCell):
+    """RMSNorm LSTM (bzhangGo/rmsnorm ``rlnlstm_layer``)."""
+
+    norm_kind = "rms"
+
+
+CELLS: dict[str, type[nn.Module]] = {
+    "gru": GRUCell,
+    "lngru": LNGRUCell,
+    "rlngru": RMSGRUCell,
+    "lstm": LSTMCell,
+    "lnlstm": LNLSTMCell,
+    "rlnlstm": RMSLSTMCell,
+}
+
+
+def make_cell(cell_type: str, input_size: int, hidden_size: int) -> nn.Module:
+    """Instantiate a cell by its legacy name (``gru``, ``lngru``, ...)."""
+    try:
+        cls = CELLS[cell_type]
+    except KeyError:
+        raise ValueError(
+            f"unknown cell type {cell_type!r}; expected one of {', '.join(CELL_TYPES)}"
+        ) from None
+    return cls(input_size, hidden_size)
