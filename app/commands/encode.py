@@ -1,0 +1,117 @@
+"""``lnserve encode`` and ``lnserve score``: run a converted model on files."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from converters.errors import EncodeInputError, UserInputError
+
+BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise EncodeInputError(f"{path}: cannot read input ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EncodeInputError(f"{path}: not valid UTF-8 (byte {exc.start})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise EncodeInputError(f"{path}: input file is empty (expected one sentence per line)")
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _load_matrix(path: Path, what: str) -> np.ndarray:
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise EncodeInputError(f"{path}: cannot read {what} as a .npy array ({exc})") from None
+    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
+        raise EncodeInputError(f"{path}: {what} must be a 2-d float array, got {arr.dtype} {arr.shape}")
+    return arr.astype(np.float32, copy=False)
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    """Write atomically: a failure never leaves a partial output file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, np.ascontiguousarray(arr, dtype=np.float32))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def encode(
+    model_dir: Annotated[Path, typer.Argument(help="Model artifact directory.")],
+    output: Annotated[Path, typer.Option("--output", help="Output .npy (float32, N x dim).")],
+    input: Annotated[Path | None, typer.Option("--input", help="UTF-8 text, one sentence per line.")] = None,
+    images: Annotated[
+        Path | None, typer.Option("--images", help="Image features .npy (N x dim_image).")
+    ] = None,
+    pretokenized: Annotated[
+        bool, typer.Option(help="Split on whitespace only (the original behaviour).")
+    ] = False,
+    eos: Annotated[
+        bool | None, typer.Option("--eos/--no-eos", help="Append <eos> (default: the model's).")
+    ] = None,
+    no_normalize: Annotated[bool, typer.Option("--no-normalize", help="Return raw final states.")] = False,
+    batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 128,
+    backend: BackendOpt = "torch",
+) -> None:
+    """Encode sentences (--input) or images (--images) into vectors."""
+    from app.runtime.engine import Engine
+
+    if (input is None) == (images is None):
+        raise UserInputError("give exactly one of --input and --images")
+    engine = Engine.open(model_dir, backend=backend)
+    if input is not None:
+        sentences = _read_lines(input)
+        vectors = engine.encode_sentences(
+            sentences, pretokenized=pretokenized, eos=eos, normalize=not no_normalize, batch_size=batch_size
+        )
+    else:
+        assert images is not None
+        vectors = engine.encode_images(_load_matrix(images, "image features"))
+    _save_npy(output, vectors)
+    typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 vectors to {output}")
+
+
+def score(
+    model_dir: Annotated[Path, typer.Argument(help="Model artifact directory.")],
+    sentences: Annotated[Path, typer.Option("--sentences", help="Sentence vectors .npy (N x dim).")],
+    images: Annotated[Path, typer.Option("--images", help="Image vectors .npy (M x dim).")],
+    output: Annotated[Path, typer.Option("--output", help="Output error matrix .npy (N x M).")],
+) -> None:
+    """Caption x image error matrix with the model's method (order violation or negative cosine)."""
+    from app.runtime.scoring import error_matrix
+    from converters.artifact import read_artifact
+
+    artifact = read_artifact(model_dir)
+    if artifact.family != "order-embedding":
+        raise UserInputError("score needs an order-embedding model")
+    s, v = _load_matrix(sentences, "sentence vectors"), _load_matrix(images, "image vectors")
+    dim = artifact.manifest["dims"]["dim"]
+    if s.shape[1] != dim or v.shape[1] != dim:
+        raise EncodeInputError(f"vectors must have {dim} columns, got {s.shape} and {v.shape}")
+    errs = error_matrix(s, v, artifact.manifest["options"]["method"])
+    _save_npy(output, errs)
+    typer.echo(f"wrote {errs.shape[0]} x {errs.shape[1]} error matrix to {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(encode)
+    app.command()(score)
