@@ -10,6 +10,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from app.runtime.engine import DEFAULT_BACKEND
 from converters.errors import EncodeInputError, UserInputError
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
@@ -70,7 +71,7 @@ def encode(
     ] = None,
     no_normalize: Annotated[bool, typer.Option("--no-normalize", help="Return raw final states.")] = False,
     batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 128,
-    backend: BackendOpt = "torch",
+    backend: BackendOpt = DEFAULT_BACKEND,
 ) -> None:
     """Encode sentences (--input) or images (--images) into vectors."""
     from app.runtime.engine import Engine

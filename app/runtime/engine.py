@@ -21,6 +21,7 @@ from converters.artifact import Artifact, read_artifact
 from converters.errors import EncodeInputError
 
 BACKENDS = ("onnx", "torch")
+DEFAULT_BACKEND = "torch"  # becomes "onnx" once the ONNX backend lands
 
 
 class Backend(Protocol):
@@ -80,7 +81,7 @@ class Engine:
             self.method = "cosine"
 
     @classmethod
-    def open(cls, path: Path | str, *, backend: str = "onnx", **options: Any) -> Engine:
+    def open(cls, path: Path | str, *, backend: str = DEFAULT_BACKEND, **options: Any) -> Engine:
         artifact = read_artifact(Path(path))
         return cls(artifact, open_backend(artifact, backend, **options))
 
