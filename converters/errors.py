@@ -1,6 +1,7 @@
 """The lnserve exception tree. Every error carries a stable snake_case ``code`` used by HTTP and the CLI.
 
 LnserveError                       (internal_error)    unexpected failure: CLI exit 1, HTTP 500
+├── ProviderUnavailableError       (provider_unavailable) strict mode did not get the asked provider
 └── UserInputError                 (invalid_input)     the caller's input is wrong: CLI exit 2, HTTP 4xx
     ├── ConversionError            (conversion_error)  a legacy checkpoint cannot be read faithfully
     │   ├── UnsafePickleError      (unsafe_pickle)     a pickle names a global outside the allow-list
@@ -11,7 +12,8 @@ LnserveError                       (internal_error)    unexpected failure: CLI e
     │   └── TableMismatchError     (table_mismatch)    word table rows != dictionary lines
     ├── ArtifactError              (artifact_error)    a converted model directory is unusable
     │   ├── ArtifactVersionError   (artifact_version)  written by a newer lnserve
-    │   └── ManifestMismatchError  (manifest_mismatch) files do not match what the manifest says
+    │   ├── ManifestMismatchError  (manifest_mismatch) files do not match what the manifest says
+    │   └── OnnxModelError         (onnx_model_invalid) exported graph missing, corrupt or incompatible
     └── EncodeInputError           (invalid_input)     text / features given to an encoder are unusable
 """
 
@@ -100,3 +102,17 @@ class EncodeInputError(UserInputError):
     """Text or features handed to an encoder are unusable."""
 
     code = "invalid_input"
+
+
+class ProviderUnavailableError(LnserveError):
+    """Strict mode asked for an execution provider (e.g. CUDA) that the session did not get."""
+
+    code = "provider_unavailable"
+    exit_code = 2
+    http_status = 503
+
+
+class OnnxModelError(ArtifactError):
+    """An exported ONNX graph is missing, corrupt, or from an incompatible exporter version."""
+
+    code = "onnx_model_invalid"

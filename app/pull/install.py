@@ -7,8 +7,6 @@ a failure at any step leaves no artifact behind.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import shutil
 import tempfile
@@ -28,6 +26,7 @@ from app.pull.errors import ChecksumMismatchError, MissingFilesError, PullError
 from converters.artifact import MANIFEST, read_artifact, staging_dir, write_json
 from converters.errors import ArtifactError
 from converters.legacy_files import sha256_file
+from converters.onnx_export import export_onnx
 
 log = logging.getLogger("lnserve.pull")
 
@@ -235,17 +234,9 @@ def _convert(entry: CatalogEntry, work: Path, out: Path, cell: str | None) -> di
 
 
 def _export_if_available(artifact_dir: Path, enabled: bool) -> None:
-    """Export to ONNX so the artifact is servable by the onnx backend.
-
-    ``converters.onnx_export`` is being written separately (``lnserve export DIR``). Until it lands this is a
-    no-op; once ``converters/onnx_export.py`` with ``export_onnx(artifact_dir)`` exists, pull starts exporting
-    without any change here. Only the module's absence is tolerated: an error inside the exporter fails the
-    pull (``--no-export`` skips it).
-    """
-    if not enabled or importlib.util.find_spec("converters.onnx_export") is None:
-        return
-    module = importlib.import_module("converters.onnx_export")
-    module.export_onnx(artifact_dir)
+    """Export to ONNX so the artifact is servable by the default onnx backend (``--no-export`` skips it)."""
+    if enabled:
+        export_onnx(artifact_dir)
 
 
 def _record_pull(

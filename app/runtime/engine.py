@@ -21,7 +21,7 @@ from converters.artifact import Artifact, read_artifact
 from converters.errors import EncodeInputError
 
 BACKENDS = ("onnx", "torch")
-DEFAULT_BACKEND = "torch"  # becomes "onnx" once the ONNX backend lands
+DEFAULT_BACKEND = "onnx"
 
 
 class Backend(Protocol):

@@ -11,7 +11,7 @@ from app.runtime.engine import Engine
 from tests.conftest import LEGACY, OE_MODELS, ST_VARIANTS, golden, inputs
 
 TOL = 1e-5
-BACKENDS = ("torch",)
+BACKENDS = ("torch", "onnx")
 
 
 def _assert_close(ours: np.ndarray, gold: np.ndarray, what: str) -> None:

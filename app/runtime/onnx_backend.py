@@ -1,0 +1,130 @@
+"""onnxruntime backend: CUDA when present (and asked for), CPU otherwise, always reporting what it got.
+
+Graphs come from the artifact's ``onnx/`` export when present; otherwise they are built in memory from the
+weights (same builder), so ``--backend onnx`` works on any artifact.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from converters.artifact import Artifact
+from converters.errors import OnnxModelError, ProviderUnavailableError
+from converters.onnx_export import DEFAULT_FORM, EXPORT_FORMAT, build_graphs
+
+log = logging.getLogger("lnserve.runtime")
+
+CUDA, CPU, TENSORRT = "CUDAExecutionProvider", "CPUExecutionProvider", "TensorrtExecutionProvider"
+
+
+def cuda_device_present() -> bool:
+    """Cheap check before asking ORT for CUDA, which logs loud errors on machines without a GPU."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def default_providers() -> list[str]:
+    available = ort.get_available_providers()
+    if CUDA in available and cuda_device_present():
+        return [CUDA, CPU]
+    return [CPU]
+
+
+def session_options(threads: int | None) -> ort.SessionOptions:
+    """Threads sized to the machine, and no spinning: idle ORT workers must not starve the event loop."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads or min(os.cpu_count() or 1, 8)
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    return so
+
+
+ort.set_default_logger_severity(3)
+
+
+class OnnxBackend:
+    """One ORT session per graph (recurrent parts and the image projection)."""
+
+    name = "onnx"
+
+    def __init__(
+        self,
+        artifact: Artifact,
+        *,
+        providers: Sequence[str] | None = None,
+        strict: bool = False,
+        threads: int | None = None,
+        form: str | None = None,
+    ) -> None:
+        self.requested = list(providers) if providers else default_providers()
+        self.strict = strict
+        if self.requested[0] in (CUDA, TENSORRT) and not cuda_device_present():
+            self._fallback(["no NVIDIA device visible"])
+            self.requested = [p for p in self.requested if p not in (CUDA, TENSORRT)] or [CPU]
+        options = session_options(threads)
+        self.sessions: dict[str, ort.InferenceSession] = {}
+        self.providers: list[str] = []
+        for part, source in self._graph_sources(artifact, form).items():
+            self.sessions[part] = self._session(source, options, part)
+            if not self.providers:
+                self.providers = list(self.sessions[part].get_providers())
+                if self.requested[0] not in self.providers:
+                    self._fallback(self.providers)
+
+    def _fallback(self, got: list[str]) -> None:
+        """Strict mode fails at startup instead of silently running on the CPU."""
+        if self.strict:
+            raise ProviderUnavailableError(
+                f"strict mode: asked for {self.requested[0]} but got {', '.join(got)} "
+                "(is a GPU visible, and are CUDA 13 and cuDNN 9 installed?)"
+            )
+        log.warning("asked for %s, falling back (%s)", self.requested[0], ", ".join(got))
+
+    def _graph_sources(self, artifact: Artifact, form: str | None) -> dict[str, bytes | str]:
+        exported = artifact.manifest.get("onnx")
+        if exported and form in (None, exported.get("form")):
+            if exported.get("export_format", 0) > EXPORT_FORMAT:
+                raise OnnxModelError(
+                    f"{artifact.path}: ONNX export format {exported['export_format']} is newer than this "
+                    f"lnserve reads ({EXPORT_FORMAT}); re-export with `lnserve export` or upgrade"
+                )
+            sources: dict[str, bytes | str] = {}
+            for part, entry in exported["graphs"].items():
+                path = artifact.path / entry["file"]
+                if not path.is_file():
+                    raise OnnxModelError(
+                        f"{path}: exported ONNX graph is missing; run `lnserve export` again"
+                    )
+                sources[part] = str(path)
+            return sources
+        graphs = build_graphs(artifact, form=form or DEFAULT_FORM)
+        return {part: model.SerializeToString() for part, model in graphs.items()}
+
+    def _session(self, source: bytes | str, options: ort.SessionOptions, part: str) -> ort.InferenceSession:
+        try:
+            return ort.InferenceSession(source, options, providers=self.requested)
+        except Exception as exc:  # ORT raises its own pybind exception types
+            raise OnnxModelError(
+                f"cannot load the ONNX graph for {part!r}: {str(exc).splitlines()[0]}"
+            ) from None
+
+    def recurrent(self, part: str, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """x (T, B, F) float32, lengths (B,) int64 -> state after each row's last valid step (B, d)."""
+        feeds: dict[str, Any] = {
+            "x": np.ascontiguousarray(x, dtype=np.float32),
+            "lengths": np.ascontiguousarray(lengths, dtype=np.int64),
+        }
+        return self.sessions[part].run(["h"], feeds)[0]
+
+    def image_projection(self, features: np.ndarray) -> np.ndarray:
+        feeds = {"features": np.ascontiguousarray(features, dtype=np.float32)}
+        return self.sessions["image"].run(["projected"], feeds)[0]

@@ -1,0 +1,99 @@
+"""``lnserve export``: write the ONNX graphs of an artifact into it and record them in the manifest.
+
+Word tables stay outside the graphs (a protobuf cannot exceed 2 GB): the runtime gathers word vectors from
+the memory-mapped tables and feeds ``x (T, B, n_in)``. Each recurrent part (``sentence`` for
+order-embeddings, ``uni`` / ``bi_fwd`` / ``bi_bwd`` for skip-thoughts) gets its own graph; order-embeddings
+also get ``image``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from converters.artifact import MANIFEST, Artifact, read_artifact
+from converters.legacy_files import sha256_file
+from converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
+
+EXPORT_FORMAT = 1  # bump when the graph I/O contract changes; the runtime refuses newer ones
+DEFAULT_OPSET = 18
+DEFAULT_FORM = "loop"
+ONNX_DIR = "onnx"
+
+
+def recurrent_parts(artifact: Artifact) -> dict[str, tuple[str, dict[str, np.ndarray]]]:
+    """part name -> (cell type, cell weights in module naming)."""
+    tensors = artifact.tensors()
+    m = artifact.manifest
+    if artifact.family == "order-embedding":
+        prefixes = {"sentence": ("sentence.rnn.cell.", m["cell"])}
+    else:
+        prefixes = {}
+        for kind, info in m["parts"].items():
+            for part in ("uni",) if kind == "uni" else ("bi_fwd", "bi_bwd"):
+                prefixes[part] = (f"{part}.cell.", info["cell"])
+    return {
+        part: (cell, {k.removeprefix(pre): v for k, v in tensors.items() if k.startswith(pre)})
+        for part, (pre, cell) in prefixes.items()
+    }
+
+
+def build_graphs(
+    artifact: Artifact, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_FORM
+) -> dict[str, onnx.ModelProto]:
+    graphs = {
+        part: build_recurrent_encoder_graph(cell, weights, opset=opset, form=_form_for(cell, form))
+        for part, (cell, weights) in recurrent_parts(artifact).items()
+    }
+    if artifact.family == "order-embedding":
+        t = artifact.tensors()
+        graphs["image"] = build_image_encoder_graph(t["image.proj.weight"], t["image.proj.bias"], opset=opset)
+    return graphs
+
+
+def _form_for(cell: str, form: str) -> str:
+    return "loop" if form == "native" and cell != "gru" else form
+
+
+def _io(model: onnx.ModelProto) -> dict[str, Any]:
+    def desc(values: Any) -> dict[str, list[int | str]]:
+        return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
+
+    return {"inputs": desc(model.graph.input), "outputs": desc(model.graph.output)}
+
+
+def export_onnx(path: Path, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_FORM) -> dict[str, Any]:
+    """Write ``onnx/<part>.onnx`` for every part and update the manifest; returns the new manifest."""
+    artifact = read_artifact(path)
+    graphs = build_graphs(artifact, opset=opset, form=form)
+    out_dir = artifact.path / ONNX_DIR
+    out_dir.mkdir(exist_ok=True)
+    manifest = dict(artifact.manifest)
+    files = dict(manifest.get("files", {}))
+    entries: dict[str, Any] = {}
+    for part, model in graphs.items():
+        rel = f"{ONNX_DIR}/{part}.onnx"
+        tmp = out_dir / f".{part}.onnx.tmp"
+        tmp.write_bytes(model.SerializeToString())
+        os.replace(tmp, artifact.path / rel)
+        files[rel] = {
+            "sha256": sha256_file(artifact.path / rel),
+            "bytes": (artifact.path / rel).stat().st_size,
+        }
+        entries[part] = {"file": rel, **_io(model)}
+    manifest["files"] = files
+    manifest["onnx"] = {"export_format": EXPORT_FORMAT, "opset": opset, "form": form, "graphs": entries}
+    _write_manifest(artifact.path, manifest)
+    return manifest
+
+
+def _write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
+    tmp = path / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path / MANIFEST)

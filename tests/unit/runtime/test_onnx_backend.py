@@ -1,0 +1,114 @@
+"""ONNX export and backend: real ORT sessions, provider reporting, strict mode and broken exports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.runtime.engine import Engine
+from converters.errors import ManifestMismatchError, OnnxModelError, ProviderUnavailableError
+from converters.legacy_files import sha256_file
+from converters.onnx_export import export_onnx
+from tests.conftest import OE_MODELS, ST_VARIANTS, inputs, run_cli
+
+
+@pytest.fixture
+def exported(artifacts: dict[str, Path], tmp_path: Path) -> Path:
+    art = tmp_path / "model"
+    shutil.copytree(artifacts["oe_order_lngru"], art)
+    export_onnx(art)
+    return art
+
+
+def test_export_records_graphs_in_manifest(exported: Path) -> None:
+    manifest = json.loads((exported / "manifest.json").read_text())
+    graphs = manifest["onnx"]["graphs"]
+    assert set(graphs) == {"sentence", "image"}
+    assert graphs["sentence"]["inputs"] == {"x": ["T", "B", 10], "lengths": ["B"]}
+    assert graphs["sentence"]["outputs"] == {"h": ["B", 18]}
+    for entry in graphs.values():
+        assert manifest["files"][entry["file"]]["sha256"] == sha256_file(exported / entry["file"])
+
+
+def test_session_reports_cpu_provider(exported: Path) -> None:
+    engine = Engine.open(exported, backend="onnx")
+    assert engine.backend.providers[0] == "CPUExecutionProvider"
+    assert all(s.get_providers()[0] == "CPUExecutionProvider" for s in engine.backend.sessions.values())
+
+
+@pytest.mark.parametrize("name", OE_MODELS + ST_VARIANTS)
+def test_onnx_matches_torch_on_padded_mixed_batches(name: str, artifacts: dict[str, Path]) -> None:
+    family = "order_embedding" if name in OE_MODELS else "skipthoughts"
+    key = "captions" if name in OE_MODELS else "sentences"
+    sents = inputs()[family][key]
+    torch_engine = Engine.open(artifacts[name], backend="torch")
+    onnx_engine = Engine.open(artifacts[name], backend="onnx")
+    for batch_size in (1, 5, 64):
+        a = torch_engine.encode_sentences(sents, pretokenized=True, batch_size=batch_size, eos=True)
+        b = onnx_engine.encode_sentences(sents, pretokenized=True, batch_size=batch_size, eos=True)
+        assert np.abs(a - b).max() <= 1e-5
+
+
+def test_strict_mode_without_cuda_is_a_clear_error(exported: Path) -> None:
+    from app.runtime.onnx_backend import cuda_device_present
+
+    if cuda_device_present():
+        pytest.skip("a GPU is visible here")
+    with pytest.raises(ProviderUnavailableError, match="strict mode"):
+        Engine.open(exported, backend="onnx", providers=["CUDAExecutionProvider"], strict=True)
+    proc = run_cli("info", str(exported), "--provider", "CUDAExecutionProvider", "--strict")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("lnserve: error [provider_unavailable]")
+
+
+def test_missing_onnx_file(exported: Path) -> None:
+    (exported / "onnx" / "sentence.onnx").unlink()
+    with pytest.raises(ManifestMismatchError, match=r"onnx/sentence\.onnx .*missing"):
+        Engine.open(exported, backend="onnx")
+
+
+def _rewrite(exported: Path, mutate: object) -> None:
+    path = exported / "manifest.json"
+    manifest = json.loads(path.read_text())
+    mutate(manifest)  # type: ignore[operator]
+    path.write_text(json.dumps(manifest))
+
+
+def test_corrupt_onnx_file_with_consistent_manifest(exported: Path) -> None:
+    graph = exported / "onnx" / "sentence.onnx"
+    graph.write_bytes(b"not a protobuf" * 10)
+
+    def fix_hash(m: dict) -> None:
+        m["files"]["onnx/sentence.onnx"] = {"sha256": sha256_file(graph), "bytes": graph.stat().st_size}
+
+    _rewrite(exported, fix_hash)
+    with pytest.raises(OnnxModelError, match="cannot load the ONNX graph for 'sentence'"):
+        Engine.open(exported, backend="onnx")
+    proc = run_cli("info", str(exported))
+    assert proc.returncode == 2 and "[onnx_model_invalid]" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_export_from_a_newer_version_is_refused(exported: Path) -> None:
+    _rewrite(exported, lambda m: m["onnx"].update(export_format=99))
+    with pytest.raises(OnnxModelError, match="newer than this lnserve reads"):
+        Engine.open(exported, backend="onnx")
+
+
+@pytest.mark.gpu
+def test_cuda_provider_parity(exported: Path) -> None:
+    from app.runtime.onnx_backend import cuda_device_present
+
+    if not cuda_device_present():
+        pytest.skip("no CUDA device")
+    gpu = Engine.open(exported, backend="onnx", providers=["CUDAExecutionProvider"], strict=True)
+    cpu = Engine.open(exported, backend="onnx", providers=["CPUExecutionProvider"])
+    caps = inputs()["order_embedding"]["captions"]
+    assert gpu.backend.providers[0] == "CUDAExecutionProvider"
+    diff = np.abs(
+        gpu.encode_sentences(caps, pretokenized=True) - cpu.encode_sentences(caps, pretokenized=True)
+    )
+    assert diff.max() <= 1e-5
