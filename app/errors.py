@@ -89,7 +89,6 @@ ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     RequestValidationError: (422, "invalid_request"),
 }
 HTTP_STATUS_CODES: dict[int, str] = {
-    400: "bad_request",
     401: "unauthorized",
     403: "forbidden",
     404: "not_found",
@@ -108,6 +107,8 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     """The one error body shape."""
+    # lone surrogates from hostile JSON would make the UTF-8 body unencodable: escape them
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     error: dict[str, Any] = {"code": code, "message": message}
     if request_id:
         error["request_id"] = request_id
@@ -150,6 +151,11 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. not UTF-8): bad input like the rest
+        status, code = ERROR_TABLE[RequestValidationError]
+        return error_response(
+            status, code, f"unreadable request body: {exc.detail}", request_id=_request_id(request)
+        )
     code = HTTP_STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
     return error_response(
         exc.status_code, code, str(exc.detail), request_id=_request_id(request), headers=exc.headers

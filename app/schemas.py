@@ -8,16 +8,14 @@ from typing import Any, Literal
 import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.responses import Response
+from starlette.responses import JSONResponse
 
 Encoding = Literal["float", "base64"]
 ModelName = Field(None, description="Model name (see GET /models); the default model when omitted.")
 
 
-class VectorJSONResponse(Response):
+class VectorJSONResponse(JSONResponse):
     """JSON via orjson, numpy arrays serialised natively (a 4800-d vector per row stays cheap)."""
-
-    media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
