@@ -36,8 +36,8 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
         ArtifactError: a directory is not an artifact, or two models share a name.
         UserInputError: ``default_model`` names no configured model.
     """
-    dirs = list(settings.models)
-    if not dirs:
+    dirs = [d for given in settings.models for d in _artifact_dirs(Path(given))]
+    if not settings.models:
         from converters.demo import ensure_demo_artifact
 
         dirs = [ensure_demo_artifact(settings.cache_dir)]
@@ -55,6 +55,18 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
         names = ", ".join(n for n, _, _ in out)
         raise UserInputError(f"default model {settings.default_model!r} is not among the models ({names})")
     return out
+
+
+def _artifact_dirs(path: Path) -> list[Path]:
+    """An artifact directory is itself; a directory of artifacts (a mounted volume) is each of them."""
+    if (path / MANIFEST).is_file() or not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.iterdir() if (p / MANIFEST).is_file())
+    if not found:
+        raise ArtifactError(
+            f"{path}: no model artifacts in this directory (no {MANIFEST}); convert one first"
+        )
+    return found
 
 
 @dataclass(eq=False)

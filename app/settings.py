@@ -39,7 +39,8 @@ class Settings(BaseSettings):
 
     # models
     models: Annotated[list[Path], NoDecode] = Field(
-        default_factory=list, description="Model artifact directories; none serves the embedded demo model."
+        default_factory=list,
+        description="Artifact directories (or folders of them); none: the embedded demo model.",
     )
     default_model: str | None = Field(None, description="Name of the default model (default: the first).")
     backend: str = Field(DEFAULT_BACKEND, description=f"Inference backend: {', '.join(BACKENDS)}.")
@@ -73,6 +74,12 @@ class Settings(BaseSettings):
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)
+
+    @field_validator("api_key", "default_model", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """Compose passes ``${VAR:-}`` as an empty string: that means unset, not an empty key."""
+        return None if value == "" else value
 
     @field_validator("backend")
     @classmethod
