@@ -122,11 +122,19 @@ class Engine:
         eos = self.defaults["eos"] if eos is None else eos
         normalize = self.defaults["normalize"] if normalize is None else normalize
         seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=eos)
+        vectors = self.encode_ids(seqs, normalize=normalize, batch_size=batch_size)
+        return Encoded(vectors, [len(s) for s in seqs])
+
+    def encode_ids(
+        self, seqs: Sequence[Sequence[int]], *, normalize: bool, batch_size: int = 128
+    ) -> np.ndarray:
+        """Encode sequences from ``token_ids``: the HTTP batcher tokenises (and checks limits) before it
+        queues, then encodes many requests' sequences in one call."""
         out = np.empty((len(seqs), self.output_dim), dtype=np.float32)
         for idx in length_batches([len(s) for s in seqs], batch_size):
             ids, lengths = pad_ids([seqs[i] for i in idx])
             out[idx] = self._encode_batch(ids, lengths, normalize=normalize)
-        return Encoded(out, [len(s) for s in seqs])
+        return out
 
     def _encode_batch(self, ids: np.ndarray, lengths: np.ndarray, *, normalize: bool) -> np.ndarray:
         if self.family == "order-embedding":

@@ -1,0 +1,49 @@
+# syntax=docker/dockerfile:1
+# lnserve GPU image. onnxruntime-gpu needs the CUDA 12 runtime and cuDNN 9, which this base provides.
+# Build: docker build -t lnserve .   Run: see docker-compose.yml (models are mounted at /models).
+ARG BASE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+
+# --- build: a virtual environment with lnserve and its dependencies -----------------------------------
+FROM ${BASE} AS build
+ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY models ./models
+COPY converters ./converters
+COPY app ./app
+# torch only runs the reference backend (the CPU wheel keeps the image small); GPU inference is onnxruntime-gpu
+RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu .
+
+# --- runtime: the same base, the venv, a non-root user ------------------------------------------------
+FROM ${BASE} AS runtime
+ENV DEBIAN_FRONTEND=noninteractive
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 lnserve \
+    && useradd --system --uid 10001 --gid lnserve --create-home --home-dir /home/lnserve lnserve \
+    && mkdir -p /models /cache \
+    && chown 10001:10001 /models /cache
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    LNSERVE_HOST=0.0.0.0 \
+    LNSERVE_PORT=8000 \
+    LNSERVE_CACHE_DIR=/cache
+USER 10001:10001
+WORKDIR /home/lnserve
+VOLUME ["/models"]
+EXPOSE 8000
+# /ready: 200 once every model is loaded and warmed up (urlopen raises on 503)
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/ready', timeout=4)"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["lnserve"]
+CMD ["serve"]

@@ -1,0 +1,254 @@
+"""Dynamic micro-batching: concurrent requests for one model share a model call.
+
+Requests become jobs in a bounded queue. One collector task per model takes the head job, waits at most
+``max_wait_s`` (from the head job's arrival) for company, takes jobs in arrival order up to
+``max_batch_size`` rows / ``max_batch_tokens`` tokens, groups them by key (jobs with different options
+cannot share a call), and runs each group in the model's single worker thread, so the event loop never
+blocks and a model's batches run in order. While a batch runs, new jobs queue up and form the next batch:
+under load batches grow by themselves.
+
+Bounded memory: a job is refused with ``QueueFullError`` (HTTP 429) when the rows already waiting plus its
+own would exceed ``max_queue`` (a lone job is always admitted, whatever its size). A caller that goes
+away (client disconnect) has its job removed from the queue at once, so it never takes a batch slot.
+
+The batcher knows nothing about models: ``start`` gives it ``run_batch(key, payloads) -> results``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from converters.errors import LnserveError
+
+log = logging.getLogger("lnserve.batcher")
+
+RunBatch = Callable[[Hashable, list[Any]], Sequence[Any]]
+
+
+class QueueFullError(LnserveError):
+    """The model's queue is full: retry after ``retry_after`` seconds."""
+
+    code = "queue_full"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ShuttingDownError(LnserveError):
+    """The batcher is draining for shutdown and takes no new work."""
+
+    code = "shutting_down"
+    http_status = 503
+
+
+class BatchObserver(Protocol):
+    """What the batcher reports (implemented by the Prometheus metrics)."""
+
+    def batch(self, model: str, rows: int, tokens: int, waits: list[float]) -> None: ...
+
+    def rejected(self, model: str) -> None: ...
+
+    def cancelled(self, model: str) -> None: ...
+
+    def depth(self, model: str, rows: int) -> None: ...
+
+
+@dataclass(eq=False)
+class _Job:
+    key: Hashable
+    payload: Any
+    rows: int
+    tokens: int
+    enqueued: float
+    future: asyncio.Future[Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    max_batch_size: int = 64
+    max_batch_tokens: int = 8192
+    max_wait_s: float = 0.002
+    max_queue: int = 1024
+    retry_after_s: int = 1
+
+
+class MicroBatcher:
+    """Gathers concurrent jobs for one model into batches run in one worker thread."""
+
+    def __init__(self, *, name: str, limits: BatchLimits, observer: BatchObserver | None = None) -> None:
+        self.name, self.limits, self._observer = name, limits, observer
+        self._run_batch: RunBatch | None = None
+        self._jobs: deque[_Job] = deque()
+        self._pending_rows = self._pending_tokens = 0
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lnserve-{name}")
+
+    @property
+    def depth(self) -> int:
+        """Rows waiting (not yet in a running batch)."""
+        return self._pending_rows
+
+    def start(self, run_batch: RunBatch) -> None:
+        """Start collecting jobs for ``run_batch``; call from the running event loop."""
+        self._run_batch = run_batch
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._collect(), name=f"batcher-{self.name}")
+
+    async def run_exclusive(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` in the model's worker thread (loading, warm-up): never concurrently with a batch."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def submit(self, key: Hashable, payload: Any, *, rows: int, tokens: int) -> Any:
+        """Queue one job and wait for its result.
+
+        Raises:
+            QueueFullError: the queue has no room; nothing was queued.
+            ShuttingDownError: the batcher is draining.
+        """
+        if self._closing or self._task is None:
+            raise ShuttingDownError(f"model {self.name!r} is not taking work (shutting down or not started)")
+        if self._pending_rows and self._pending_rows + rows > self.limits.max_queue:
+            if self._observer:
+                self._observer.rejected(self.name)
+            raise QueueFullError(
+                f"model {self.name!r} has {self._pending_rows} sentences queued (max_queue "
+                f"{self.limits.max_queue}); retry later",
+                retry_after=self.limits.retry_after_s,
+            )
+        loop = asyncio.get_running_loop()
+        job = _Job(key, payload, rows, tokens, loop.time(), loop.create_future())
+        self._jobs.append(job)
+        self._account(job, +1)
+        self._wakeup.set()
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._withdraw(job)
+            raise
+
+    async def close(self) -> None:
+        """Finish every queued job, then stop the collector and the worker thread."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _account(self, job: _Job, sign: int) -> None:
+        self._pending_rows += sign * job.rows
+        self._pending_tokens += sign * job.tokens
+        if self._observer:
+            self._observer.depth(self.name, self._pending_rows)
+
+    def _withdraw(self, job: _Job) -> None:
+        """The caller went away: free its queue room now (if its batch has not started)."""
+        job.future.cancel()
+        try:
+            self._jobs.remove(job)
+        except ValueError:
+            return  # already taken into a batch
+        self._account(job, -1)
+        if self._observer:
+            self._observer.cancelled(self.name)
+
+    def _full(self) -> bool:
+        return (
+            self._pending_rows >= self.limits.max_batch_size
+            or self._pending_tokens >= self.limits.max_batch_tokens
+        )
+
+    async def _collect(self) -> None:
+        while True:
+            if not self._jobs:
+                if self._closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self._wait_for_company()
+            batch = self._take()
+            if batch:
+                try:
+                    await self._run(batch)
+                except Exception:  # the collector must outlive any one batch
+                    log.exception("batch for model %s failed", self.name)
+
+    async def _wait_for_company(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = self._jobs[0].enqueued + self.limits.max_wait_s
+        while self._jobs and not self._full() and not self._closing:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                return
+
+    def _take(self) -> list[_Job]:
+        """Jobs in arrival order up to the batch limits (at least one)."""
+        batch: list[_Job] = []
+        rows = tokens = 0
+        while self._jobs:
+            job = self._jobs[0]
+            if batch and (
+                rows + job.rows > self.limits.max_batch_size
+                or tokens + job.tokens > self.limits.max_batch_tokens
+            ):
+                break
+            self._jobs.popleft()
+            self._account(job, -1)
+            if job.future.done():
+                continue
+            batch.append(job)
+            rows, tokens = rows + job.rows, tokens + job.tokens
+        return batch
+
+    async def _run(self, batch: list[_Job]) -> None:
+        loop = asyncio.get_running_loop()
+        if self._observer:
+            now = loop.time()
+            self._observer.batch(
+                self.name,
+                sum(j.rows for j in batch),
+                sum(j.tokens for j in batch),
+                [now - j.enqueued for j in batch],
+            )
+        groups: dict[Hashable, list[_Job]] = {}
+        for job in batch:
+            groups.setdefault(job.key, []).append(job)
+        outcomes = await loop.run_in_executor(self._executor, self._run_groups, groups)
+        for jobs, outcome in outcomes:
+            for i, job in enumerate(jobs):
+                if job.future.done():  # the caller went away while its batch ran
+                    continue
+                if isinstance(outcome, BaseException):
+                    job.future.set_exception(outcome)
+                else:
+                    job.future.set_result(outcome[i])
+
+    def _run_groups(
+        self, groups: dict[Hashable, list[_Job]]
+    ) -> list[tuple[list[_Job], Sequence[Any] | BaseException]]:
+        """Worker thread: one model call per group; a failing group fails only its own jobs."""
+        outcomes: list[tuple[list[_Job], Sequence[Any] | BaseException]] = []
+        assert self._run_batch is not None
+        for key, jobs in groups.items():
+            try:
+                outcomes.append((jobs, self._run_batch(key, [j.payload for j in jobs])))
+            except Exception as exc:
+                outcomes.append((jobs, exc))
+        return outcomes

@@ -1,0 +1,64 @@
+"""What handlers declare they need (``Annotated`` aliases), the API-key check, and disconnect handling."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.errors import ClientClosedError, UnauthorizedError
+from app.registry import ModelRegistry
+from app.settings import Settings
+
+T = TypeVar("T")
+_bearer = HTTPBearer(auto_error=False, description="Required only when LNSERVE_API_KEY is set.")
+
+
+def get_registry(request: Request) -> ModelRegistry:
+    return request.app.state.registry  # type: ignore[no-any-return]
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+async def require_api_key(
+    settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    """Every router but health and metrics depends on this; a no-op when no key is configured."""
+    if settings.api_key is None:
+        return
+    expected = settings.api_key.get_secret_value().encode()
+    given = credentials.credentials.encode() if credentials else b""
+    if not secrets.compare_digest(given, expected):
+        raise UnauthorizedError("missing or wrong API key (send Authorization: Bearer <key>)")
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work`` unless the client disconnects first; then cancel it, freeing its queue slot.
+
+    The body has been read by then, so the next ASGI message can only be ``http.disconnect``.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientClosedError("client disconnected before its result was ready")
+    return task.result()

@@ -1,0 +1,176 @@
+"""HTTP errors: one exception -> (status, code) table and one body shape, ``{"error": {code, message}}``.
+
+Every ``LnserveError`` carries its own ``http_status`` and ``code`` (``converters/errors.py``). The service
+adds:
+
+LnserveError
+├── UserInputError (invalid_input, 422)
+│   ├── TooManySentencesError  (too_many_sentences, 422)  more sentences / images than max_sentences
+│   ├── SentenceTooLongError   (sentence_too_long, 422)   more tokens than max_tokens and no truncate
+│   ├── ModelNotFoundError     (model_not_found, 404)     no model of that name
+│   ├── RequestTooLargeError   (request_too_large, 413)   body larger than max_body_bytes
+│   └── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
+├── NotReadyError              (not_ready, 503)           models still loading / warming up
+├── QueueFullError             (queue_full, 429)          the model's queue is full; has Retry-After
+├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
+└── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
+
+Framework exceptions are in ``ERROR_TABLE``. Anything else is a generic 500 ``internal_error`` that carries
+the request id; the traceback goes to the log only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from app.batcher import QueueFullError, ShuttingDownError
+from converters.errors import LnserveError, UserInputError
+
+log = logging.getLogger("lnserve.errors")
+
+__all__ = ["QueueFullError", "ShuttingDownError"]  # re-exported: the whole table lives here
+
+
+class TooManySentencesError(UserInputError):
+    """More sentences (or image rows) than ``max_sentences`` in one request."""
+
+    code = "too_many_sentences"
+
+
+class SentenceTooLongError(UserInputError):
+    """A sentence has more tokens than ``max_tokens`` and the request did not ask to truncate."""
+
+    code = "sentence_too_long"
+
+
+class ModelNotFoundError(UserInputError):
+    """No loaded model has that name."""
+
+    code = "model_not_found"
+    http_status = 404
+
+
+class RequestTooLargeError(UserInputError):
+    """The request body exceeds ``max_body_bytes``."""
+
+    code = "request_too_large"
+    http_status = 413
+
+
+class UnauthorizedError(UserInputError):
+    """An API key is configured and the request did not present it."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class NotReadyError(LnserveError):
+    """Models are still loading or warming up (or failed to)."""
+
+    code = "not_ready"
+    http_status = 503
+
+
+class ClientClosedError(LnserveError):
+    """The client disconnected before its result was ready."""
+
+    code = "client_closed_request"
+    http_status = 499
+
+
+# framework exceptions -> (status, code); LnserveError subclasses use their own attributes
+ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
+    RequestValidationError: (422, "invalid_request"),
+}
+HTTP_STATUS_CODES: dict[int, str] = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    request_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """The one error body shape."""
+    # lone surrogates from hostile JSON would make the UTF-8 body unencodable: escape them
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    error: dict[str, Any] = {"code": code, "message": message}
+    if request_id:
+        error["request_id"] = request_id
+    return JSONResponse({"error": error}, status_code=status, headers=headers)
+
+
+def _request_id(request: Request) -> str | None:
+    return getattr(request.state, "request_id", None)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """A short, input-free summary: which fields, what is wrong (inputs may be huge or hostile)."""
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    more = len(exc.errors()) - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+async def _lnserve_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, LnserveError)
+    headers: dict[str, str] = {}
+    if isinstance(exc, QueueFullError):
+        headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, UnauthorizedError):
+        headers["WWW-Authenticate"] = "Bearer"
+    if exc.http_status >= 500:
+        log.error("%s: %s", exc.code, exc)
+    return error_response(
+        exc.http_status, exc.code, str(exc), request_id=_request_id(request), headers=headers
+    )
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    status, code = ERROR_TABLE[RequestValidationError]
+    return error_response(status, code, _validation_message(exc), request_id=_request_id(request))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. not UTF-8): bad input like the rest
+        status, code = ERROR_TABLE[RequestValidationError]
+        return error_response(
+            status, code, f"unreadable request body: {exc.detail}", request_id=_request_id(request)
+        )
+    code = HTTP_STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    return error_response(
+        exc.status_code, code, str(exc.detail), request_id=_request_id(request), headers=exc.headers
+    )
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    rid = _request_id(request)
+    log.error("unhandled error (request %s)", rid, exc_info=exc)
+    return error_response(500, "internal_error", f"internal error (request id {rid})", request_id=rid)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register every handler; the 500 one also catches what escapes the routes."""
+    app.add_exception_handler(LnserveError, _lnserve_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

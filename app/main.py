@@ -1,0 +1,83 @@
+"""The FastAPI app factory. Importing this module is cheap; models load in the lifespan.
+
+``create_app`` wires settings, registry, metrics, error handlers, middleware and the routers named in
+``app.routes.ROUTER_MODULES``. ``lifespan`` is the one place that starts and stops things.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from app.deps import require_api_key
+from app.errors import install_error_handlers
+from app.metrics import Metrics
+from app.middleware import RequestContextMiddleware
+from app.registry import ModelRegistry
+from app.routes import ROUTER_MODULES
+from app.schemas import ErrorBody
+from app.settings import Settings
+
+log = logging.getLogger("lnserve.app")
+
+_ERRORS = {s: {"model": ErrorBody} for s in (401, 404, 413, 422, 429, 503)}
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Startup: read the model manifests (errors stop startup), then load and warm up in the background
+    so ``/health`` answers at once and ``/ready`` turns true when done. Shutdown (after uvicorn has drained
+    in-flight requests on SIGTERM): stop loading, finish queued batches, stop the worker threads."""
+    registry: ModelRegistry = app.state.registry
+    await registry.open()
+    loading = asyncio.create_task(registry.load(), name="load-models")
+    try:
+        yield
+    finally:
+        loading.cancel()
+        with suppress(asyncio.CancelledError):
+            await loading
+        await registry.close()
+        log.info("shut down")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app; with no settings, read them from ``LNSERVE_*`` environment variables."""
+    settings = settings or Settings()
+    app = FastAPI(
+        title="lnserve",
+        summary="Sentence (and image) encoders of the layer-normalisation era, served over HTTP.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics = Metrics()
+    app.state.registry = ModelRegistry(settings, observer=metrics)
+    install_error_handlers(app)
+    for name in ROUTER_MODULES:
+        module = importlib.import_module(f"app.routes.{name}")
+        public = getattr(module, "PUBLIC", False)
+        app.include_router(
+            module.router,
+            dependencies=[] if public else [Depends(require_api_key)],
+            responses={} if public else _ERRORS,
+        )
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(
+        RequestContextMiddleware,
+        metrics=metrics,
+        max_body_bytes=settings.max_body_bytes,
+        log_access=settings.access_log,
+    )
+    return app

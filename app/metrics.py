@@ -1,0 +1,70 @@
+"""Prometheus metrics, in a registry per app so that several apps (tests) never collide."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+
+_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class Metrics:
+    """Request counts and latency by route, plus what the batcher reports (it is a ``BatchObserver``)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        r = self.registry
+        self.requests = Counter(
+            "lnserve_requests",
+            "HTTP requests by route and status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "lnserve_request_duration_seconds",
+            "HTTP request latency.",
+            ["route"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "lnserve_queue_wait_seconds", "Time a job waited before its batch ran.", ["model"],
+            buckets=_LATENCY, registry=r,
+        )  # fmt: skip
+        self.batch_rows = Histogram(
+            "lnserve_batch_size",
+            "Sentences (or images) per model call.",
+            ["model"],
+            buckets=_SIZES,
+            registry=r,
+        )
+        self.tokens = Counter("lnserve_tokens", "Tokens encoded.", ["model"], registry=r)
+        self.queue_depth = Gauge("lnserve_queue_depth", "Sentences waiting.", ["model"], registry=r)
+        self.rejected_jobs = Counter("lnserve_rejected", "Jobs refused with 429.", ["model"], registry=r)
+        self.cancelled_jobs = Counter(
+            "lnserve_cancelled", "Jobs withdrawn because the client went away.", ["model"], registry=r
+        )
+
+    def request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    # -- BatchObserver ------------------------------------------------------------------------------
+    def batch(self, model: str, rows: int, tokens: int, waits: list[float]) -> None:
+        self.batch_rows.labels(model).observe(rows)
+        self.tokens.labels(model).inc(tokens)
+        for w in waits:
+            self.queue_wait.labels(model).observe(w)
+
+    def rejected(self, model: str) -> None:
+        self.rejected_jobs.labels(model).inc()
+
+    def cancelled(self, model: str) -> None:
+        self.cancelled_jobs.labels(model).inc()
+
+    def depth(self, model: str, rows: int) -> None:
+        self.queue_depth.labels(model).set(rows)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,253 @@
+"""Model registry: name -> loaded engine and its micro-batcher; one default model.
+
+``open`` is quick and fails fast (model directories resolved, manifests read, names checked); ``load``
+builds the engines and warms each one up through its batcher, after which ``ready`` is true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from app.batcher import BatchLimits, BatchObserver, MicroBatcher
+from app.errors import ModelNotFoundError, NotReadyError, SentenceTooLongError, TooManySentencesError
+from app.runtime.engine import Engine
+from app.settings import Settings
+from converters.artifact import MANIFEST
+from converters.errors import ArtifactError, EncodeInputError, UserInputError
+
+log = logging.getLogger("lnserve.registry")
+
+State = Literal["pending", "loading", "ready", "failed"]
+WARMUP_SENTENCE = "a dog sitting on a table"
+
+
+def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, Any]]]:
+    """(name, directory, manifest) per configured model; the demo model when none is configured.
+
+    Raises:
+        ArtifactError: a directory is not an artifact, or two models share a name.
+        UserInputError: ``default_model`` names no configured model.
+    """
+    dirs = [d for given in settings.models for d in _artifact_dirs(Path(given))]
+    if not settings.models:
+        from converters.demo import ensure_demo_artifact
+
+        dirs = [ensure_demo_artifact(settings.cache_dir)]
+    out: list[tuple[str, Path, dict[str, Any]]] = []
+    for d in dirs:
+        try:
+            manifest = json.loads((Path(d) / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ArtifactError(f"{d}: not a model artifact ({MANIFEST}: {exc})") from None
+        name = str(manifest.get("name") or Path(d).name) if isinstance(manifest, dict) else Path(d).name
+        if any(name == n for n, _, _ in out):
+            raise ArtifactError(f"two models are named {name!r} ({d}); rename one when converting")
+        out.append((name, Path(d), manifest))
+    if settings.default_model and settings.default_model not in {n for n, _, _ in out}:
+        names = ", ".join(n for n, _, _ in out)
+        raise UserInputError(f"default model {settings.default_model!r} is not among the models ({names})")
+    return out
+
+
+def _artifact_dirs(path: Path) -> list[Path]:
+    """An artifact directory is itself; a directory of artifacts (a mounted volume) is each of them."""
+    if (path / MANIFEST).is_file() or not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.iterdir() if (p / MANIFEST).is_file())
+    if not found:
+        raise ArtifactError(
+            f"{path}: no model artifacts in this directory (no {MANIFEST}); convert one first"
+        )
+    return found
+
+
+@dataclass(eq=False)
+class ModelEntry:
+    """One served model: its engine, batcher and the limits its requests are checked against."""
+
+    name: str
+    path: Path
+    manifest: dict[str, Any]
+    batcher: MicroBatcher
+    settings: Settings
+    engine: Engine | None = None
+    state: State = "pending"
+    error: str | None = field(default=None, repr=False)
+
+    # -- requests -----------------------------------------------------------------------------------
+    def check_count(self, n: int) -> None:
+        if n > self.settings.max_sentences:
+            raise TooManySentencesError(
+                f"{n} items in one request; the limit is {self.settings.max_sentences} (max_sentences)"
+            )
+
+    def prepare(
+        self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None, truncate: bool
+    ) -> tuple[list[list[int]], bool]:
+        """Token ids within the limits, and the eos actually used. Cheap: runs on the event loop."""
+        engine = self._engine()
+        self.check_count(len(sentences))
+        use_eos = engine.defaults["eos"] if eos is None else eos
+        seqs = engine.token_ids(sentences, pretokenized=pretokenized, eos=use_eos)
+        limit = self.settings.max_tokens
+        for i, seq in enumerate(seqs):
+            if len(seq) <= limit:
+                continue
+            if not truncate:
+                raise SentenceTooLongError(
+                    f"sentence {i} has {len(seq)} tokens; the limit is {limit} (max_tokens); "
+                    "send truncate: true to cut it"
+                )
+            seqs[i] = seq[: limit - 1] + seq[-1:] if use_eos else seq[:limit]  # keep eos last
+        return seqs, use_eos
+
+    async def encode_ids(self, seqs: list[list[int]], *, normalize: bool | None) -> np.ndarray:
+        norm = self._engine().defaults["normalize"] if normalize is None else normalize
+        key = ("text", bool(norm))
+        return await self.batcher.submit(key, seqs, rows=len(seqs), tokens=sum(map(len, seqs)))
+
+    async def encode_images(self, features: list[list[float]]) -> np.ndarray:
+        engine = self._engine()
+        self.check_count(len(features))
+        if engine.family != "order-embedding":
+            raise EncodeInputError(f"model {self.name!r} has no image encoder (skip-thoughts is text only)")
+        dim_image = self.manifest["dims"]["dim_image"]
+        bad = [i for i, row in enumerate(features) if len(row) != dim_image]
+        if bad:
+            raise EncodeInputError(
+                f"feature row {bad[0]} has {len(features[bad[0]])} values; expected {dim_image}"
+            )
+        feats = np.asarray(features, dtype=np.float32)
+        if not np.isfinite(feats).all():
+            raise EncodeInputError("image features must be finite numbers (no NaN or infinity)")
+        return await self.batcher.submit(("images",), feats, rows=len(feats), tokens=len(feats))
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            raise NotReadyError(f"model {self.name!r} is {self.state}; retry when /ready says so")
+        return self.engine
+
+    # -- description --------------------------------------------------------------------------------
+    def describe(self, *, default: bool) -> dict[str, Any]:
+        m = self.manifest
+        parts = m.get("parts") or {}
+        cells = {p: v["cell"] for p, v in parts.items()} if parts else {"sentence": m.get("cell")}
+        backend = self.engine.backend if self.engine is not None else None
+        return {
+            "name": self.name,
+            "default": default,
+            "state": self.state,
+            "family": m.get("family"),
+            "cells": cells,
+            "dim": m.get("dims", {}).get("output_dim"),
+            "dim_image": m.get("dims", {}).get("dim_image"),
+            "tokenizer": m.get("tokenizer"),
+            "defaults": m.get("defaults", {}),
+            "demo": bool(m.get("demo", False)),
+            "backend": backend.name if backend else self.settings.backend,
+            "providers": list(backend.providers) if backend else [],
+        }
+
+
+def _engine_runner(engine: Engine, batch_size: int):  # type: ignore[no-untyped-def]
+    """The batcher's ``run_batch``: one engine call for a group of jobs, results split per job."""
+
+    def run(key: Hashable, payloads: list[Any]) -> list[np.ndarray]:
+        assert isinstance(key, tuple)
+        if key[0] == "images":
+            vectors = engine.encode_images(np.concatenate(payloads))
+        else:
+            seqs = [s for p in payloads for s in p]
+            vectors = engine.encode_ids(seqs, normalize=bool(key[1]), batch_size=batch_size)
+        return np.split(vectors, np.cumsum([len(p) for p in payloads])[:-1])
+
+    return run
+
+
+class ModelRegistry:
+    """Every served model by name, and the default one."""
+
+    def __init__(self, settings: Settings, *, observer: BatchObserver | None = None) -> None:
+        self.settings, self.observer = settings, observer
+        self.entries: dict[str, ModelEntry] = {}
+        self.default_name: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.entries) and all(e.state == "ready" for e in self.entries.values())
+
+    def get(self, name: str | None) -> ModelEntry:
+        """The named model, or the default one for ``None``.
+
+        Raises:
+            ModelNotFoundError: no model has that name.
+            NotReadyError: no model is configured yet (startup).
+        """
+        if name is None:
+            if self.default_name is None:
+                raise NotReadyError("no model is loaded yet")
+            return self.entries[self.default_name]
+        try:
+            return self.entries[name]
+        except KeyError:
+            known = ", ".join(sorted(self.entries)) or "none yet"
+            raise ModelNotFoundError(f"no model named {name!r} (models: {known})") from None
+
+    async def open(self) -> None:
+        """Resolve the model directories and read their manifests (fast; errors stop startup)."""
+        s = self.settings
+        resolved = await asyncio.to_thread(resolve_model_dirs, s)
+        limits = BatchLimits(
+            max_batch_size=s.max_batch_size,
+            max_batch_tokens=s.max_batch_tokens,
+            max_wait_s=s.max_wait_ms / 1000.0,
+            max_queue=s.max_queue,
+            retry_after_s=s.retry_after_s,
+        )
+        for name, path, manifest in resolved:
+            batcher = MicroBatcher(name=name, limits=limits, observer=self.observer)
+            self.entries[name] = ModelEntry(name, path, manifest, batcher, s)
+        self.default_name = s.default_model or resolved[0][0]
+
+    async def load(self) -> None:
+        """Build each engine in its model's worker thread, then warm it up through the batcher."""
+        for entry in self.entries.values():
+            entry.state = "loading"
+            try:
+                await self._load_one(entry)
+            except Exception as exc:  # reported by /ready; the server stays up to say so
+                entry.state, entry.error = "failed", f"{type(exc).__name__}: {exc}"
+                log.error("model %s failed to load: %s", entry.name, entry.error)
+
+    async def _load_one(self, entry: ModelEntry) -> None:
+        s = self.settings
+        options = {"threads": s.threads} if s.backend == "torch" else {}
+        engine: Engine = await entry.batcher.run_exclusive(
+            lambda: Engine.open(entry.path, backend=s.backend, **options)
+        )
+        entry.batcher.start(_engine_runner(engine, s.max_batch_size))
+        entry.engine = engine
+        seqs, _ = entry.prepare([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)
+        await entry.encode_ids(seqs, normalize=None)
+        if engine.family == "order-embedding":
+            await entry.encode_images([[0.0] * entry.manifest["dims"]["dim_image"]])
+        entry.state = "ready"
+        log.info(
+            "model %s ready (%s, %s)", entry.name, engine.backend.name, ",".join(engine.backend.providers)
+        )
+
+    async def close(self) -> None:
+        """Drain every batcher (queued jobs finish) and stop the worker threads."""
+        for entry in self.entries.values():
+            await entry.batcher.close()
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [e.describe(default=e.name == self.default_name) for e in self.entries.values()]

@@ -1,0 +1,40 @@
+"""``GET /models`` and ``GET /info``: what is served, how, and within which limits."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import APIRouter
+
+from app.deps import RegistryDep, SettingsDep
+from app.schemas import Info, ModelList
+
+router = APIRouter(tags=["models"])
+
+
+def _version() -> str:
+    try:
+        return version("lnserve")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+@router.get("/models", response_model=ModelList)
+async def models(registry: RegistryDep) -> ModelList:
+    """Every served model: name, dims, cell types, state, backend and providers."""
+    return ModelList.model_validate({"default": registry.default_name, "models": registry.describe()})
+
+
+@router.get("/info", response_model=Info)
+async def info(registry: RegistryDep, settings: SettingsDep) -> Info:
+    """Version, models, the execution providers actually in use, and the request limits."""
+    return Info.model_validate(
+        {
+            "version": _version(),
+            "backend": settings.backend,
+            "ready": registry.ready,
+            "default_model": registry.default_name,
+            "models": registry.describe(),
+            "limits": settings.limits(),
+        }
+    )

@@ -1,0 +1,157 @@
+"""Request and response bodies. Responses with vectors are rendered by orjson straight from numpy."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse
+
+Encoding = Literal["float", "base64"]
+ModelName = Field(None, description="Model name (see GET /models); the default model when omitted.")
+
+
+class VectorJSONResponse(JSONResponse):
+    """JSON via orjson, numpy arrays serialised natively (a 4800-d vector per row stays cheap)."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def encode_vectors(vectors: np.ndarray, encoding: str) -> np.ndarray | list[str]:
+    """``float``: the array itself (orjson writes it); ``base64``: little-endian float32 bytes per row."""
+    if encoding == "float":
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+    le = np.ascontiguousarray(vectors, dtype="<f4")
+    return [base64.b64encode(row.tobytes()).decode("ascii") for row in le]
+
+
+# -- errors ----------------------------------------------------------------------------------------
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable code, e.g. model_not_found, queue_full.")
+    message: str
+    request_id: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+# -- /encode ---------------------------------------------------------------------------------------
+class EncodeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = ModelName
+    sentences: list[str] = Field(min_length=1, description="Sentences to encode, in order.")
+    pretokenized: bool = Field(False, description="Split on whitespace only, as the original code did.")
+    normalize: bool | None = Field(None, description="L2-normalise (default: the model's).")
+    eos: bool | None = Field(None, description="Append <eos> (default: the model's).")
+    truncate: bool = Field(False, description="Cut sentences over max_tokens instead of refusing them.")
+    encoding: Encoding = Field("float", description="base64: little-endian float32 per vector.")
+
+
+class EncodeResponse(BaseModel):
+    model: str
+    dim: int
+    encoding: Encoding
+    vectors: list[list[float]] | list[str]
+    token_counts: list[int] = Field(description="Steps run per sentence, eos included.")
+
+
+class EncodeImagesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = ModelName
+    features: list[list[float]] = Field(min_length=1, description="CNN feature rows (N x dim_image).")
+    encoding: Encoding = "float"
+
+
+class EncodeImagesResponse(BaseModel):
+    model: str
+    dim: int
+    encoding: Encoding
+    vectors: list[list[float]] | list[str]
+
+
+# -- /v1/embeddings (OpenAI-compatible) ------------------------------------------------------------
+class EmbeddingsRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # OpenAI clients send fields we have no use for
+
+    input: str | list[str] = Field(description="A string or a list of strings.")
+    model: str | None = ModelName
+    encoding_format: Encoding = "float"
+    dimensions: int | None = Field(None, description="Must equal the model's dimension if given.")
+    user: str | None = None
+
+
+class EmbeddingItem(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingItem]
+    model: str
+    usage: Usage
+
+
+class OpenAIModel(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "lnserve"
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]
+
+
+# -- models, info, health --------------------------------------------------------------------------
+class ModelInfo(BaseModel):
+    name: str
+    default: bool
+    state: Literal["pending", "loading", "ready", "failed"]
+    family: str | None
+    cells: dict[str, str | None] = Field(description="Cell type per recurrent part.")
+    dim: int | None
+    dim_image: int | None
+    tokenizer: str | None
+    defaults: dict[str, bool]
+    demo: bool
+    backend: str
+    providers: list[str] = Field(description="Execution providers actually in use.")
+
+
+class ModelList(BaseModel):
+    default: str | None
+    models: list[ModelInfo]
+
+
+class Info(BaseModel):
+    version: str
+    backend: str
+    ready: bool
+    default_model: str | None
+    models: list[ModelInfo]
+    limits: dict[str, int | float]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    ready: bool
+    models: dict[str, str] = Field(description="State per model: pending, loading, ready or failed.")
+    errors: dict[str, str] = Field(default_factory=dict)

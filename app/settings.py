@@ -1,0 +1,101 @@
+"""Service settings: one pydantic-settings class, each field also the ``LNSERVE_<FIELD>`` variable.
+
+Built by the app factory (or the ``serve`` command), never at import, so tests pass their own.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.runtime.engine import BACKENDS, DEFAULT_BACKEND
+
+
+def _default_threads() -> int:
+    """Leave a core for the event loop and tokenisation where there is more than one."""
+    return max(1, min(8, (os.cpu_count() or 1) - 1))
+
+
+def _split_list(value: object) -> object:
+    """Environment lists are comma-separated (``LNSERVE_MODELS=/m/a,/m/b``); JSON lists work too."""
+    if isinstance(value, str):
+        value = value.strip()
+        if value.startswith("["):
+            import json
+
+            return json.loads(value)
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Everything the HTTP service can be told; ``/info`` reports the limits."""
+
+    model_config = SettingsConfigDict(env_prefix="LNSERVE_", extra="ignore")
+
+    # models
+    models: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Artifact directories (or folders of them); none: the embedded demo model.",
+    )
+    default_model: str | None = Field(None, description="Name of the default model (default: the first).")
+    backend: str = Field(DEFAULT_BACKEND, description=f"Inference backend: {', '.join(BACKENDS)}.")
+    threads: int = Field(default_factory=_default_threads, ge=1, description="Intra-op threads per model.")
+    cache_dir: Path | None = Field(None, description="Where the demo model is built (default ~/.cache).")
+
+    # network
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_key: SecretStr | None = Field(None, description="If set, `Authorization: Bearer <key>` is required.")
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    drain_timeout_s: float = Field(30.0, ge=0, description="SIGTERM: seconds to finish in-flight requests.")
+
+    # micro-batching and backpressure
+    max_batch_size: int = Field(64, ge=1, description="Sentences per model call.")
+    max_batch_tokens: int = Field(8192, ge=1, description="Tokens per model call.")
+    max_wait_ms: float = Field(2.0, ge=0, description="How long a batch waits for company.")
+    max_queue: int = Field(1024, ge=1, description="Sentences waiting per model; beyond it, 429.")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429.")
+
+    # request limits
+    max_sentences: int = Field(256, ge=1, description="Sentences (or images) per request.")
+    max_tokens: int = Field(256, ge=1, description="Tokens per sentence, eos included.")
+    max_body_bytes: int = Field(4 << 20, ge=1024, description="Request body size; beyond it, 413.")
+
+    # logs
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = True
+
+    @field_validator("models", "cors_origins", mode="before")
+    @classmethod
+    def _lists(cls, value: object) -> object:
+        return _split_list(value)
+
+    @field_validator("api_key", "default_model", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """Compose passes ``${VAR:-}`` as an empty string: that means unset, not an empty key."""
+        return None if value == "" else value
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if value not in BACKENDS:
+            raise ValueError(f"unknown backend {value!r}; expected one of {', '.join(BACKENDS)}")
+        return value
+
+    def limits(self) -> dict[str, int | float]:
+        """The limits a client needs to know (reported by ``/info``)."""
+        return {
+            "max_sentences": self.max_sentences,
+            "max_tokens": self.max_tokens,
+            "max_body_bytes": self.max_body_bytes,
+            "max_batch_size": self.max_batch_size,
+            "max_batch_tokens": self.max_batch_tokens,
+            "max_wait_ms": self.max_wait_ms,
+            "max_queue": self.max_queue,
+        }

@@ -1,0 +1,79 @@
+"""A real ``lnserve serve`` process on a free 127.0.0.1 port, polled until ``/ready`` (as TEI's tests do)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LiveServer:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+
+def start_server(
+    tmp: Path, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True, timeout: float = 120.0
+) -> LiveServer:
+    """Start ``lnserve serve --port <free>`` with ``args``; settings through ``env`` (LNSERVE_*)."""
+    port = free_port()
+    log_path = tmp / f"server-{port}.log"
+    full_env = {
+        **os.environ,
+        "LNSERVE_CACHE_DIR": str(tmp / "cache"),
+        "LNSERVE_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from app.cli import main; main()", "serve", "--port", str(port), *args],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = LiveServer(proc, f"http://127.0.0.1:{port}", log_path)
+    deadline = time.monotonic() + timeout
+    path = "/ready" if wait_ready else "/health"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log()}")
+        try:
+            if httpx.get(server.url + path, timeout=2.0).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"server not {path} after {timeout}s:\n{server.log()}")

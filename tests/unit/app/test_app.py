@@ -1,0 +1,65 @@
+"""The app in-process (httpx ASGI transport): /ready before and after loading, the router contract."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.main import create_app
+from app.registry import resolve_model_dirs
+from app.routes import ROUTER_MODULES
+from app.settings import Settings
+from converters.errors import ArtifactError, UserInputError
+
+
+def test_ready_turns_true_after_load_and_warm_up(tmp_path: Path) -> None:
+    async def main() -> None:
+        app = create_app(Settings(cache_dir=tmp_path))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            before = await c.get("/ready")
+            assert before.status_code == 503 and before.json()["ready"] is False
+            assert (await c.get("/health")).status_code == 200
+            r = await c.post("/encode", json={"sentences": ["a dog"]})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
+            async with app.router.lifespan_context(app):
+                for _ in range(200):
+                    if (await c.get("/ready")).status_code == 200:
+                        break
+                    await asyncio.sleep(0.05)
+                ready = (await c.get("/ready")).json()
+                assert ready == {"ready": True, "models": {"demo-lngru": "ready"}, "errors": {}}
+                assert (await c.post("/encode", json={"sentences": ["a dog"]})).status_code == 200
+
+    asyncio.run(main())
+
+
+def test_every_router_module_is_included() -> None:
+    app = create_app(Settings())
+    paths = set(app.openapi()["paths"])
+    assert {
+        "/encode",
+        "/encode/images",
+        "/v1/embeddings",
+        "/models",
+        "/info",
+        "/health",
+        "/ready",
+        "/metrics",
+    } <= paths
+    assert ROUTER_MODULES[:5] == ("encode", "embeddings", "models", "health", "metrics")
+
+
+def test_model_directories(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    a = artifacts["oe_order_gru"]
+    names = [n for n, _, _ in resolve_model_dirs(Settings(models=[a.parent]))]
+    assert "oe_order_gru" in names and "skipthoughts_lngru" in names  # a folder of artifacts
+    with pytest.raises(ArtifactError, match="two models"):
+        resolve_model_dirs(Settings(models=[a, a]))
+    with pytest.raises(UserInputError, match="default model"):
+        resolve_model_dirs(Settings(models=[a], default_model="nope"))
+    with pytest.raises(ArtifactError, match="no model artifacts"):
+        resolve_model_dirs(Settings(models=[tmp_path]))

@@ -1,0 +1,46 @@
+"""Every error the service can raise has a stable code and an HTTP status; one body shape."""
+
+from __future__ import annotations
+
+import json
+
+import app.batcher
+import app.errors
+from app.errors import ERROR_TABLE, error_response
+from converters.errors import LnserveError
+
+
+def _subclasses(cls: type) -> set[type]:
+    out = set(cls.__subclasses__())
+    for sub in list(out):
+        out |= _subclasses(sub)
+    return out
+
+
+def test_every_error_class_has_code_and_status() -> None:
+    classes = _subclasses(LnserveError)
+    assert {app.errors.ModelNotFoundError, app.errors.NotReadyError, app.batcher.QueueFullError} <= classes
+    for cls in classes:
+        assert cls.code and cls.code == cls.code.lower() and " " not in cls.code, cls
+        assert 400 <= cls.http_status < 600, cls
+        if cls.__module__.startswith("app."):
+            assert cls.code in app.errors.__doc__, f"{cls.__name__} missing from the tree in app/errors.py"
+
+
+def test_statuses_of_the_service_errors() -> None:
+    assert app.errors.ModelNotFoundError.http_status == 404
+    assert app.errors.RequestTooLargeError.http_status == 413
+    assert app.errors.SentenceTooLongError.http_status == 422
+    assert app.errors.TooManySentencesError.http_status == 422
+    assert app.errors.UnauthorizedError.http_status == 401
+    assert app.batcher.QueueFullError.http_status == 429
+    assert app.errors.NotReadyError.http_status == 503
+    assert all(status >= 400 and code for status, code in ERROR_TABLE.values())
+
+
+def test_error_body_shape_and_unencodable_text() -> None:
+    resp = error_response(404, "model_not_found", "no model named '\ud800'", request_id="r1")
+    body = json.loads(resp.body)
+    assert body == {
+        "error": {"code": "model_not_found", "message": body["error"]["message"], "request_id": "r1"}
+    }
