@@ -139,9 +139,9 @@ def test_models_and_info(client: httpx.Client) -> None:
     assert by_name["oe_order_rlngru"]["cells"] == {"sentence": "rlngru"}
     assert by_name["skipthoughts_lngru"]["family"] == "skip-thoughts"
     info = client.get("/info").json()
-    assert info["ready"] is True and info["backend"] == "torch" and info["version"]
+    assert info["ready"] is True and info["backend"] == "onnx" and info["version"]
     assert info["limits"]["max_sentences"] == 50 and info["limits"]["max_tokens"] == 20
-    assert all(m["providers"] and m["state"] == "ready" for m in info["models"])
+    assert all(m["providers"] == ["CPUExecutionProvider"] and m["state"] == "ready" for m in info["models"])
 
 
 def test_health_ready_metrics_need_no_key(server: LiveServer, client: httpx.Client) -> None:
