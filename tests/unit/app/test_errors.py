@@ -25,7 +25,7 @@ def test_every_error_class_has_code_and_status() -> None:
     for cls in classes:
         assert cls.code and cls.code == cls.code.lower() and " " not in cls.code, cls
         assert 400 <= cls.http_status < 600, cls
-        doc = sys.modules[cls.__module__].__doc__ or ""
+        doc = (sys.modules[cls.__module__].__doc__ or "") + (app.errors.__doc__ or "")
         assert cls.code in doc, f"{cls.__name__} missing from the error tree in {cls.__module__}'s docstring"
 
 
