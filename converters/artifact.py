@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
-from converters.legacy_files import sha256_file
+from converters.hashing import sha256_file
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -3,7 +3,6 @@ the restricted unpickler instead."""
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -13,14 +12,6 @@ import numpy as np
 
 from converters.errors import CorruptFileError, TableMismatchError
 from converters.safe_pickle import py2_strings, safe_load
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def require_file(path: Path) -> Path:
