@@ -28,7 +28,8 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     """All arrays of a ``numpy.savez`` archive; a truncated or pickled archive is a CorruptFileError."""
     require_file(path)
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        # open the file ourselves: np.load(path) leaks its handle when the zip directory is truncated
+        with path.open("rb") as fh, np.load(fh, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as exc:
         raise CorruptFileError(f"{path}: not a readable .npz archive ({exc})") from None

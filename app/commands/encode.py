@@ -78,9 +78,9 @@ def encode(
 
     if (input is None) == (images is None):
         raise UserInputError("give exactly one of --input and --images")
+    sentences = _read_lines(input) if input is not None else None  # bad input fails before loading a model
     engine = Engine.open(model_dir, backend=backend)
-    if input is not None:
-        sentences = _read_lines(input)
+    if sentences is not None:
         vectors = engine.encode_sentences(
             sentences, pretokenized=pretokenized, eos=eos, normalize=not no_normalize, batch_size=batch_size
         )
