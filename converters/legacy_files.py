@@ -110,7 +110,7 @@ class _Placeholder:
         self.table, self.index = table, -1
 
     def __setstate__(self, state: Any) -> None:
-        self.index = self.table.accept(state, self)
+        self.index = self.table.accept(state)
 
 
 class _StreamingTable:
@@ -160,7 +160,7 @@ class _StreamingTable:
             return False
         return all(isinstance(r, _Placeholder) and r.index == i for i, r in enumerate(rows))
 
-    def accept(self, state: Any, holder: _Placeholder) -> int:
+    def accept(self, state: Any) -> int:
         """BUILD of one reconstructed array: the outer object array, or one row to write now."""
         if not isinstance(state, tuple) or len(state) not in (4, 5):
             raise CorruptFileError(f"{self.path}: unexpected ndarray state in the table pickle")

@@ -23,7 +23,7 @@ def hostile_pickle(marker: Path, *, via: str = "os") -> bytes:
         return b"csubprocess\ncall\n((S'touch'\nS'" + str(marker).encode() + b"'\nltR."
     if via == "eval":  # builtins are not on the allow-list either
         code = f"open({str(marker)!r}, 'w').close()".encode()
-        return b"c__builtin__\neval\n(S\"" + code + b'"\ntR.'
+        return b'c__builtin__\neval\n(S"' + code + b'"\ntR.'
     raise ValueError(via)
 
 
