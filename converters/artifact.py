@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
 from converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
-from converters.legacy_files import sha256_file
+from converters.hashing import sha256_file
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -128,8 +128,65 @@ def read_artifact(path: Path) -> Artifact:
         )
     if manifest.get("family") not in FAMILIES:
         raise ManifestMismatchError(f"{mpath}: unknown family {manifest.get('family')!r}")
-    _check_files(path, manifest.get("files", {}))
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise ManifestMismatchError(f"{mpath}: missing the files table")
+    _check_files(path, files)
+    _check_dims(path, manifest)
     return Artifact(path=path, manifest=manifest)
+
+
+_Shape = tuple[int | None, ...]  # None: decided by the cell type, not checked here
+
+
+def _shapes_from_manifest(manifest: Mapping[str, Any]) -> tuple[dict[str, _Shape], dict[str, _Shape]]:
+    """Weight shapes and table shapes the manifest's dims imply."""
+    dims = manifest["dims"]
+    if manifest["family"] == "order-embedding":
+        weights: dict[str, _Shape] = {
+            "sentence.embedding.weight": (dims["n_words"], dims["dim_word"]),
+            "image.proj.weight": (dims["dim"], dims["dim_image"]),
+            "image.proj.bias": (dims["dim"],),
+            "sentence.rnn.cell.weight_ih": (None, dims["dim_word"]),
+            "sentence.rnn.cell.weight_hh": (None, dims["dim"]),
+        }
+        return weights, {}
+    weights, tables = dict[str, _Shape](), dict[str, _Shape]()
+    for part, info in manifest["parts"].items():
+        for module in ("uni",) if part == "uni" else ("bi_fwd", "bi_bwd"):
+            weights[f"{module}.cell.weight_ih"] = (None, dims["dim_word"])
+            weights[f"{module}.cell.weight_hh"] = (None, info["dim"])
+        tables[info["table"]] = (dims["n_table_rows"], dims["dim_word"])
+    return weights, tables
+
+
+def _check_dims(path: Path, manifest: Mapping[str, Any]) -> None:
+    """The manifest's dimensions agree with the weights and tables (headers only, nothing is loaded)."""
+    try:
+        weights, tables = _shapes_from_manifest(manifest)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ManifestMismatchError(f"{path / MANIFEST}: incomplete dims ({exc})") from None
+    required = [WEIGHTS, *tables]
+    unlisted = [name for name in required if name not in manifest["files"]]
+    if unlisted:
+        raise ManifestMismatchError(f"{path / MANIFEST}: does not list {', '.join(unlisted)}")
+    found: dict[str, tuple[int, ...]] = {}
+    try:
+        with safe_open(str(path / WEIGHTS), framework="numpy") as st:
+            names = set(st.keys())
+            for key in weights:
+                found[key] = tuple(st.get_slice(key).get_shape()) if key in names else ()
+        for name in tables:
+            with (path / name).open("rb") as f:
+                np.lib.format.read_magic(f)
+                found[name] = tuple(np.lib.format.read_array_header_1_0(f)[0])
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ManifestMismatchError(f"{path}: unreadable weights or table ({exc})") from None
+    for key, want in {**weights, **tables}.items():
+        got = found[key]
+        if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got, strict=True)):
+            shown = tuple("*" if w is None else w for w in want)
+            raise ManifestMismatchError(f"{path}: {key} has shape {got}, the manifest implies {shown}")
 
 
 def _check_files(path: Path, files: Mapping[str, Mapping[str, Any]]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from converters.errors import UnknownCellTypeError
-from models.cells import CELL_TYPES, LSTM_CELLS
+from models.cell_types import CELL_TYPES, LSTM_CELLS
 
 
 def detect_cell(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+from collections.abc import Mapping
 from typing import IO, Any
 
 import numpy as np
@@ -28,11 +29,24 @@ _ALLOWED: dict[tuple[str, str], Any] = {
 
 
 class RestrictedUnpickler(pickle.Unpickler):
-    """Unpickler whose ``find_class`` answers only from ``_ALLOWED``."""
+    """Unpickler whose ``find_class`` answers only from ``_ALLOWED``.
+
+    ``overrides`` may swap the object behind an allowed name (the streaming table reader replaces
+    ``_reconstruct``) but can never admit a name outside the allow-list.
+    """
+
+    def __init__(
+        self, stream: IO[bytes], *, overrides: Mapping[tuple[str, str], Any] | None = None, **kw: Any
+    ) -> None:
+        super().__init__(stream, **kw)
+        unknown = set(overrides or ()) - set(_ALLOWED)
+        if unknown:
+            raise ValueError(f"overrides must name allowed globals, got {sorted(unknown)}")
+        self._globals = {**_ALLOWED, **(overrides or {})}
 
     def find_class(self, module: str, name: str) -> Any:
         try:
-            return _ALLOWED[(module, name)]
+            return self._globals[(module, name)]
         except KeyError:
             raise UnsafePickleError(
                 f"refusing to unpickle global '{module}.{name}': "
@@ -43,10 +57,12 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise UnsafePickleError("refusing to unpickle a persistent id")
 
 
-def safe_load(stream: IO[bytes], *, source: str) -> Any:
+def safe_load(
+    stream: IO[bytes], *, source: str, overrides: Mapping[tuple[str, str], Any] | None = None
+) -> Any:
     """Unpickle one object from ``stream`` with the allow-list and latin1 strings."""
     try:
-        return RestrictedUnpickler(stream, encoding="latin1").load()
+        return RestrictedUnpickler(stream, overrides=overrides, encoding="latin1").load()
     except UnsafePickleError as exc:
         raise UnsafePickleError(f"{source}: {exc}") from None
     except (

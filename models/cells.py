@@ -16,13 +16,12 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from models.cell_types import CELL_TYPES, GRU_CELLS, LSTM_CELLS
 from models.norms import make_norm
 
 State = tuple[torch.Tensor, ...]
 
-GRU_CELLS = ("gru", "lngru", "rlngru")
-LSTM_CELLS = ("lstm", "lnlstm", "rlnlstm")
-CELL_TYPES = GRU_CELLS + LSTM_CELLS
+__all__ = ["CELLS", "CELL_TYPES", "GRU_CELLS", "LSTM_CELLS", "make_cell"]
 
 
 class GRUFamilyCell(nn.Module):

@@ -78,15 +78,17 @@ def encode(
 
     if (input is None) == (images is None):
         raise UserInputError("give exactly one of --input and --images")
+    # read and check the inputs first: bad input fails before a model is loaded
+    sentences = _read_lines(input) if input is not None else None
+    features = _load_matrix(images, "image features") if images is not None else None
     engine = Engine.open(model_dir, backend=backend)
-    if input is not None:
-        sentences = _read_lines(input)
+    if sentences is not None:
         vectors = engine.encode_sentences(
             sentences, pretokenized=pretokenized, eos=eos, normalize=not no_normalize, batch_size=batch_size
         )
     else:
-        assert images is not None
-        vectors = engine.encode_images(_load_matrix(images, "image features"))
+        assert features is not None
+        vectors = engine.encode_images(features)
     _save_npy(output, vectors)
     typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 vectors to {output}")
 

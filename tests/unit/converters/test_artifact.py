@@ -1,0 +1,121 @@
+"""Artifacts: tampered manifests, edited dims, missing / modified files, newer formats, corrupt JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from converters.artifact import FORMAT_VERSION, read_artifact
+from converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
+from converters.order_embedding import read_order_embedding, write_order_embedding
+from converters.skip_thoughts import convert_skip_thoughts
+from tests.conftest import LEGACY
+from tests.support.broken import OE_DIR
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pristine")
+    write_order_embedding(read_order_embedding(OE_DIR / "oe_order_lngru"), root / "oe", name="oe")
+    st = LEGACY / "skipthoughts_gru"
+    convert_skip_thoughts(
+        uni=st / "uni_skip.npz", bi=st / "bi_skip.npz", tables=st, out=root / "st", name="st"
+    )
+    return {"oe": root / "oe", "st": root / "st"}
+
+
+def _copy(pristine: dict[str, Path], kind: str, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(pristine[kind], tmp_path / kind))
+
+
+def _edit_manifest(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    manifest = json.loads((path / "manifest.json").read_text())
+    edit(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_pristine_artifacts_open_and_tables_are_memory_mapped(pristine: dict[str, Path]) -> None:
+    assert read_artifact(pristine["oe"]).manifest["format_version"] == FORMAT_VERSION
+    table = read_artifact(pristine["st"]).table("uni_table.npy")
+    assert isinstance(table, np.memmap) and table.shape == (47, 10) and table.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit", "message"),
+    [
+        (
+            "oe",
+            lambda m: m["dims"].update(dim=17),
+            r"image\.proj\.weight has shape \(18, 20\), the manifest implies \(17, 20\)",
+        ),
+        ("oe", lambda m: m["dims"].update(dim_word=11), r"sentence\.embedding\.weight has shape \(50, 10\)"),
+        ("oe", lambda m: m["dims"].update(n_words=60), r"sentence\.embedding\.weight has shape \(50, 10\)"),
+        (
+            "st",
+            lambda m: m["dims"].update(n_table_rows=46),
+            r"uni_table\.npy has shape \(47, 10\), the manifest implies \(46, 10\)",
+        ),
+        ("st", lambda m: m["parts"]["bi"].update(dim=9), r"bi_fwd\.cell\.weight_hh has shape \(24, 8\)"),
+        ("oe", lambda m: m["files"].pop("weights.safetensors"), "does not list weights.safetensors"),
+        ("oe", lambda m: m["files"]["vocab.json"].update(sha256="0" * 64), "vocab.json: sha256 differs"),
+        (
+            "oe",
+            lambda m: m["files"]["vocab.json"].update(bytes=1),
+            r"vocab\.json: \d+ bytes, manifest says 1",
+        ),
+        ("oe", lambda m: m.update(family="bert"), "unknown family 'bert'"),
+        ("oe", lambda m: m.pop("format_version"), "missing format_version"),
+        ("st", lambda m: m.pop("dims"), "incomplete dims"),
+    ],
+)
+def test_tampered_manifest_is_refused(
+    kind: str, edit: Callable[[dict[str, Any]], None], message: str, pristine: dict[str, Path], tmp_path: Path
+) -> None:
+    path = _copy(pristine, kind, tmp_path)
+    _edit_manifest(path, edit)
+    with pytest.raises(ManifestMismatchError, match=message):
+        read_artifact(path)
+
+
+def test_modified_file_same_size_is_refused(pristine: dict[str, Path], tmp_path: Path) -> None:
+    path = _copy(pristine, "oe", tmp_path)
+    vocab = path / "vocab.json"
+    data = bytearray(vocab.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit, same size
+    vocab.write_bytes(bytes(data))
+    with pytest.raises(ManifestMismatchError, match=r"vocab\.json: sha256 differs from the manifest"):
+        read_artifact(path)
+
+
+def test_missing_file_is_refused(pristine: dict[str, Path], tmp_path: Path) -> None:
+    path = _copy(pristine, "st", tmp_path)
+    (path / "bi_table.npy").unlink()
+    with pytest.raises(ManifestMismatchError, match=r"file bi_table\.npy listed in the manifest is missing"):
+        read_artifact(path)
+
+
+def test_newer_format_version_is_refused(pristine: dict[str, Path], tmp_path: Path) -> None:
+    path = _copy(pristine, "oe", tmp_path)
+    _edit_manifest(path, lambda m: m.update(format_version=FORMAT_VERSION + 1))
+    with pytest.raises(
+        ArtifactVersionError, match=f"artifact format {FORMAT_VERSION + 1} is newer.*upgrade lnserve"
+    ):
+        read_artifact(path)
+
+
+def test_corrupt_json_is_refused(pristine: dict[str, Path], tmp_path: Path) -> None:
+    path = _copy(pristine, "oe", tmp_path)
+    (path / "manifest.json").write_text('{"format_version": 1, "family": ')
+    with pytest.raises(ManifestMismatchError, match=r"manifest\.json: not valid JSON"):
+        read_artifact(path)
+
+
+def test_not_an_artifact(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="not a model artifact"):
+        read_artifact(tmp_path)
