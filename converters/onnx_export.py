@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 
 from converters.artifact import MANIFEST, Artifact, read_artifact
-from converters.legacy_files import sha256_file
+from converters.hashing import sha256_file
 from converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 
 EXPORT_FORMAT = 1  # bump when the graph I/O contract changes; the runtime refuses newer ones

@@ -25,7 +25,7 @@ from app.pull.errors import (
     RemoteNotFoundError,
     TruncatedDownloadError,
 )
-from converters.legacy_files import sha256_file
+from converters.hashing import sha256_file
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total bytes or None)
 

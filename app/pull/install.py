@@ -25,7 +25,7 @@ from app.pull.download import Downloaded, Progress, RetryPolicy, download
 from app.pull.errors import ChecksumMismatchError, MissingFilesError, PullError
 from converters.artifact import MANIFEST, read_artifact, staging_dir, write_json
 from converters.errors import ArtifactError
-from converters.legacy_files import sha256_file
+from converters.hashing import sha256_file
 from converters.onnx_export import export_onnx
 
 log = logging.getLogger("lnserve.pull")

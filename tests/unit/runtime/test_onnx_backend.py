@@ -11,7 +11,7 @@ import pytest
 
 from app.runtime.engine import Engine
 from converters.errors import ManifestMismatchError, OnnxModelError, ProviderUnavailableError
-from converters.legacy_files import sha256_file
+from converters.hashing import sha256_file
 from converters.onnx_export import export_onnx
 from tests.conftest import OE_MODELS, ST_VARIANTS, inputs, run_cli
 
