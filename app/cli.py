@@ -12,7 +12,7 @@ from typing import Annotated
 import click
 import typer
 
-from app.commands import convert, encode
+from app.commands import convert, encode, eval, gallery
 from converters.errors import LnserveError
 
 app = typer.Typer(
@@ -34,7 +34,7 @@ def _root(
     )
 
 
-for _commands in (convert, encode):
+for _commands in (convert, encode, gallery, eval):
     _commands.register(app)
 
 
