@@ -220,7 +220,7 @@ def top_k(
     q = np.ascontiguousarray(queries, dtype=np.float32)
     n_items, dim = items.shape
     kernel = kernel or get_kernel()
-    rows = block_rows or max(256, _BLOCK_FLOATS // max(dim, 1) // max(1, q.shape[0] // 8))
+    rows = block_rows or max(256, _BLOCK_FLOATS // max(dim, 1))  # memory: the block plus Q x rows scores
     sign = np.float32(-1.0 if METRICS[metric]["direction"] == "higher_is_better" else 1.0)
     best_keys = np.full((q.shape[0], 0), np.inf, dtype=np.float32)
     best_pos = np.zeros((q.shape[0], 0), dtype=np.int64)
