@@ -1,0 +1,85 @@
+"""``lnserve eval``: the order-embedding paper's retrieval protocol (spec §8) on captions + image features."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.commands.encode import BackendOpt, _load_matrix, _read_lines
+from app.runtime.engine import DEFAULT_BACKEND
+from converters.errors import EncodeInputError, UserInputError
+
+
+def evaluate(
+    model: Annotated[Path, typer.Option("--model", help="Order-embedding model artifact directory.")],
+    captions: Annotated[Path, typer.Option("--captions", help="UTF-8 text, 5 captions per image, in order.")],
+    images: Annotated[Path, typer.Option("--images", help="Image features .npy (N x dim_image).")],
+    folds: Annotated[int, typer.Option("--folds", min=1, help="Folds of 1,000 images / 5,000 captions.")] = 5,
+    pretokenized: Annotated[bool, typer.Option(help="Split on whitespace only (the original).")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON.")] = None,
+    backend: BackendOpt = DEFAULT_BACKEND,
+) -> None:
+    """R@1/5/10, medr and meanr for caption->image and image->caption, per fold and averaged."""
+    from app.runtime.engine import Engine
+    from app.runtime.evaluation import CAPTIONS_PER_IMAGE as CPI
+    from app.runtime.evaluation import i2t, mean_stats, plan_folds, t2i
+    from app.runtime.retrieval import metric_for, score_info
+
+    engine = Engine.open(model, backend=backend)
+    if engine.family != "order-embedding":
+        raise UserInputError("eval needs an order-embedding model (caption <-> image retrieval)")
+    texts = _read_lines(captions)
+    feats = _load_matrix(images, "image features")
+    if len(texts) != CPI * feats.shape[0]:
+        raise EncodeInputError(
+            f"{len(texts)} captions for {feats.shape[0]} images: need exactly {CPI} captions per image, "
+            f"captions {CPI}i..{CPI}i+{CPI - 1} describing image i"
+        )
+    plan = plan_folds(feats.shape[0], folds)
+    for note in plan.notes:
+        typer.echo(f"note: {note}", err=True)
+    sent = engine.encode_sentences(texts, pretokenized=pretokenized)
+    imgs = engine.encode_images(feats)
+    per_fold = []
+    for a, b in plan.folds:
+        errs = engine.score(sent[CPI * a : CPI * b], imgs[a:b])
+        per_fold.append({"images": [a, b], "t2i": t2i(errs), "i2t": i2t(errs)})
+    result: dict[str, Any] = {
+        "model": engine.artifact.name,
+        "score": score_info(metric_for(engine.method, engine.family)),
+        "protocol": "order-embedding evaluation.t2i/i2t, stable sort, medr=floor(median)+1, meanr=mean+1",
+        "notes": plan.notes,
+        "folds": [{**f, "t2i": f["t2i"].as_dict(), "i2t": f["i2t"].as_dict()} for f in per_fold],
+        "t2i": mean_stats([f["t2i"] for f in per_fold]).as_dict(),
+        "i2t": mean_stats([f["i2t"] for f in per_fold]).as_dict(),
+    }
+    _print_table(result)
+    text = json.dumps(result, indent=2)
+    if json_out is None:
+        typer.echo(text)
+    elif str(json_out) == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        json_out.write_text(text + "\n", encoding="utf-8")
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    typer.echo(f"{'fold':>5} {'direction':16} {'R@1':>7} {'R@5':>7} {'R@10':>7} {'medr':>6} {'meanr':>8}")
+    rows = [(str(i), f) for i, f in enumerate(result["folds"])]
+    if len(rows) > 1:
+        rows.append(("mean", {"t2i": result["t2i"], "i2t": result["i2t"]}))
+    for label, f in rows:
+        for key, direction in (("t2i", "caption->image"), ("i2t", "image->caption")):
+            s = f[key]
+            typer.echo(
+                f"{label:>5} {direction:16} {s['r1']:7.2f} {s['r5']:7.2f} {s['r10']:7.2f} "
+                f"{s['medr']:6.1f} {s['meanr']:8.2f}"
+            )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(evaluate)

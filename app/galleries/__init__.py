@@ -1,0 +1,1 @@
+"""Named, persistent galleries of embedded items (SQLite WAL + append-only vector file)."""

@@ -1,0 +1,70 @@
+"""``lnserve eval`` and ``lnserve gallery`` through the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import LEGACY, OE_MODELS, golden, inputs, run_cli
+
+
+@pytest.mark.parametrize("name", OE_MODELS)
+def test_eval_reproduces_golden_ranks(name: str, artifacts: dict[str, Path], tmp_path: Path) -> None:
+    g = golden(name)
+    caps = inputs()["order_embedding"]["captions"]
+    (tmp_path / "caps.txt").write_text("".join(caps[i] + "\n" for i in g["eval_caption_indices"]), "utf-8")
+    np.save(tmp_path / "ims.npy", np.load(LEGACY / "order_embedding" / "images.npy")[: int(g["eval_K"])])
+    proc = run_cli(
+        "eval",
+        "--model", str(artifacts[name]),
+        "--captions", str(tmp_path / "caps.txt"),
+        "--images", str(tmp_path / "ims.npy"),
+        "--pretokenized",
+        "--json", str(tmp_path / "out.json"),
+        check=True,
+    )  # fmt: skip
+    assert "caption->image" in proc.stdout and "one fold with all images" in proc.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    keys = ("r1", "r5", "r10", "medr", "meanr")
+    np.testing.assert_allclose([result["t2i"][k] for k in keys], g["t2i_stats"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose([result["i2t"][k] for k in keys], g["i2t_stats"], rtol=0, atol=1e-9)
+    assert result["score"]["direction"] == "lower_is_better"
+
+
+def test_eval_refuses_captions_not_five_per_image(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    (tmp_path / "caps.txt").write_text("a dog\n" * 7, "utf-8")
+    np.save(tmp_path / "ims.npy", np.load(LEGACY / "order_embedding" / "images.npy")[:2])
+    proc = run_cli(
+        "eval", "--model", str(artifacts["oe_order_gru"]),
+        "--captions", str(tmp_path / "caps.txt"), "--images", str(tmp_path / "ims.npy"),
+    )  # fmt: skip
+    assert proc.returncode == 2 and "5 captions per image" in proc.stderr
+
+
+def test_gallery_build_ls_rm(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    root = str(tmp_path / "galleries")
+    (tmp_path / "caps.txt").write_text(
+        "".join(c + "\n" for c in inputs()["order_embedding"]["captions"]), "utf-8"
+    )
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(12)), "utf-8")
+    model = str(artifacts["oe_order_lngru"])
+    images = str(LEGACY / "order_embedding" / "images.npy")
+    run_cli("gallery", "build", "caps", "--model", model, "--captions", str(tmp_path / "caps.txt"),
+            "--galleries-dir", root, check=True)  # fmt: skip
+    run_cli("gallery", "build", "ims", "--model", model, "--images", images, "--payloads",
+            str(tmp_path / "p.jsonl"), "--galleries-dir", root, check=True)  # fmt: skip
+    listed = json.loads(run_cli("gallery", "ls", "--json", "--galleries-dir", root, check=True).stdout)
+    assert [(g["name"], g["kind"], g["count"]) for g in listed] == [
+        ("caps", "captions", 40),
+        ("ims", "images", 12),
+    ]
+    assert listed[0]["score"]["direction"] == "lower_is_better"
+    again = run_cli("gallery", "build", "ims", "--model", model, "--images", images, "--galleries-dir", root)
+    assert again.returncode == 2 and "[gallery_exists]" in again.stderr
+    run_cli("gallery", "rm", "ims", "--galleries-dir", root, check=True)
+    gone = run_cli("gallery", "rm", "ims", "--galleries-dir", root)
+    assert gone.returncode == 2 and "[gallery_not_found]" in gone.stderr
+    assert "ims" not in run_cli("gallery", "ls", "--galleries-dir", root, check=True).stdout
