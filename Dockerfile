@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# lnserve GPU image. onnxruntime-gpu needs the CUDA 12 runtime and cuDNN 9, which this base provides.
+# lnserve GPU image. The PyPI onnxruntime-gpu wheels (1.2x/1.3x) are built for CUDA 13 and cuDNN 9, which this
+# base provides; override BASE to match a different onnxruntime-gpu build (e.g. a CUDA 12 one).
 # Build: docker build -t lnserve .   Run: see docker-compose.yml (models are mounted at /models).
-ARG BASE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+ARG BASE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 
 # --- build: a virtual environment with lnserve and its dependencies -----------------------------------
 FROM ${BASE} AS build
