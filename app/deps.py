@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.errors import ClientClosedError, UnauthorizedError
+from app.galleries.store import GalleryStore
 from app.registry import ModelRegistry
 from app.settings import Settings
 
@@ -26,7 +27,12 @@ def get_settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
+def get_galleries(request: Request) -> GalleryStore:
+    return request.app.state.galleries  # type: ignore[no-any-return]
+
+
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
+GalleriesDep = Annotated[GalleryStore, Depends(get_galleries)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 

@@ -9,7 +9,15 @@ LnserveError
 │   ├── SentenceTooLongError   (sentence_too_long, 422)   more tokens than max_tokens and no truncate
 │   ├── ModelNotFoundError     (model_not_found, 404)     no model of that name
 │   ├── RequestTooLargeError   (request_too_large, 413)   body larger than max_body_bytes
-│   └── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
+│   ├── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
+│   └── GalleryError           (gallery_error, 422)       app.galleries.errors: /galleries, /retrieve
+│       ├── GalleryNotFoundError  (gallery_not_found, 404) no gallery of that name
+│       ├── GalleryExistsError    (gallery_exists, 409)    create with a taken name
+│       ├── ItemNotFoundError     (item_not_found, 404)    no live item with that id
+│       ├── DuplicateItemError    (duplicate_item, 409)    item id already in the gallery or the batch
+│       ├── GalleryMismatchError  (gallery_mismatch, 422)  model or item / query kind not the gallery's
+│       └── GalleryInputError     (invalid_input, 422)     bad name, vector shape, k, payload
+├── GalleryCorruptError        (gallery_corrupt, 500)     vector file shorter than the database says
 ├── NotReadyError              (not_ready, 503)           models still loading / warming up
 ├── QueueFullError             (queue_full, 429)          the model's queue is full; has Retry-After
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)

@@ -17,6 +17,8 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app.deps import require_api_key
 from app.errors import install_error_handlers
+from app.galleries.store import GalleryStore
+from app.gallery_ops import warm_scorer
 from app.metrics import Metrics
 from app.middleware import RequestContextMiddleware
 from app.registry import ModelRegistry
@@ -36,6 +38,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     in-flight requests on SIGTERM): stop loading, finish queued batches, stop the worker threads."""
     registry: ModelRegistry = app.state.registry
     await registry.open()
+    await _open_galleries(app.state.galleries)
     loading = asyncio.create_task(registry.load(), name="load-models")
     try:
         yield
@@ -45,6 +48,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await loading
         await registry.close()
         log.info("shut down")
+
+
+async def _open_galleries(store: GalleryStore) -> None:
+    """List the galleries (a broken root fails startup, not the first query); warm the scorer they need."""
+    galleries = await asyncio.to_thread(store.list)
+    names = ", ".join(g.name for g in galleries) or "-"
+    log.info("%d galleries in %s: %s", len(galleries), store.root, names)
+    if any(g.metric == "order_violation" for g in galleries):
+        warm_scorer(store)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -58,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics = Metrics()
     app.state.registry = ModelRegistry(settings, observer=metrics)
+    app.state.galleries = GalleryStore(settings.galleries_dir)
     install_error_handlers(app)
     for name in ROUTER_MODULES:
         module = importlib.import_module(f"app.routes.{name}")

@@ -18,6 +18,7 @@ import numpy as np
 
 from app.batcher import BatchLimits, BatchObserver, MicroBatcher
 from app.errors import ModelNotFoundError, NotReadyError, SentenceTooLongError, TooManySentencesError
+from app.galleries.store import ModelRef
 from app.runtime.engine import Engine
 from app.settings import Settings
 from converters.artifact import MANIFEST
@@ -79,6 +80,7 @@ class ModelEntry:
     batcher: MicroBatcher
     settings: Settings
     engine: Engine | None = None
+    ref: ModelRef | None = None  # identity galleries pin (manifest sha256); set with the engine
     state: State = "pending"
     error: str | None = field(default=None, repr=False)
 
@@ -129,6 +131,12 @@ class ModelEntry:
         if not np.isfinite(feats).all():
             raise EncodeInputError("image features must be finite numbers (no NaN or infinity)")
         return await self.batcher.submit(("images",), feats, rows=len(feats), tokens=len(feats))
+
+    def model_ref(self) -> ModelRef:
+        """The identity a gallery records and checks queries against. Raises NotReadyError."""
+        self._engine()
+        assert self.ref is not None
+        return self.ref
 
     def _engine(self) -> Engine:
         if self.engine is None:
@@ -233,6 +241,7 @@ class ModelRegistry:
         engine: Engine = await entry.batcher.run_exclusive(
             lambda: Engine.open(entry.path, backend=s.backend, **options)
         )
+        entry.ref = await asyncio.to_thread(ModelRef.from_artifact, engine.artifact)
         entry.batcher.start(_engine_runner(engine, s.max_batch_size))
         entry.engine = engine
         seqs, _ = entry.prepare([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)

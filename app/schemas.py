@@ -10,6 +10,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
+from app.schemas_retrieval import GallerySummary
+
 Encoding = Literal["float", "base64"]
 ModelName = Field(None, description="Model name (see GET /models); the default model when omitted.")
 
@@ -144,6 +146,7 @@ class Info(BaseModel):
     ready: bool
     default_model: str | None
     models: list[ModelInfo]
+    galleries: list[GallerySummary] = Field(description="Retrieval galleries (see GET /galleries).")
     limits: dict[str, int | float]
 
 

@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     backend: str = Field(DEFAULT_BACKEND, description=f"Inference backend: {', '.join(BACKENDS)}.")
     threads: int = Field(default_factory=_default_threads, ge=1, description="Intra-op threads per model.")
     cache_dir: Path | None = Field(None, description="Where the demo model is built (default ~/.cache).")
+    galleries_dir: Path | None = Field(
+        None, description="Root of the retrieval galleries (default ~/.local/share/lnserve/galleries)."
+    )
 
     # network
     host: str = "127.0.0.1"

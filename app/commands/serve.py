@@ -23,6 +23,10 @@ def serve(
     backend: Annotated[
         str | None, typer.Option("--backend", help="Inference backend: onnx or torch.")
     ] = None,
+    galleries_dir: Annotated[
+        Path | None,
+        typer.Option("--galleries-dir", help="Gallery root (default ~/.local/share/lnserve/galleries)."),
+    ] = None,
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
     import uvicorn
@@ -40,6 +44,7 @@ def serve(
             "host": host,
             "port": port,
             "backend": backend,
+            "galleries_dir": galleries_dir,
         }.items()
         if v is not None
     }

@@ -5,8 +5,9 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
-from app.deps import RegistryDep, SettingsDep
+from app.deps import GalleriesDep, RegistryDep, SettingsDep
 from app.schemas import Info, ModelList
 
 router = APIRouter(tags=["models"])
@@ -26,8 +27,9 @@ async def models(registry: RegistryDep) -> ModelList:
 
 
 @router.get("/info", response_model=Info)
-async def info(registry: RegistryDep, settings: SettingsDep) -> Info:
-    """Version, models, the execution providers actually in use, and the request limits."""
+async def info(registry: RegistryDep, settings: SettingsDep, store: GalleriesDep) -> Info:
+    """Version, models, the execution providers actually in use, the galleries, and the request limits."""
+    galleries = await run_in_threadpool(store.list)
     return Info.model_validate(
         {
             "version": _version(),
@@ -35,6 +37,10 @@ async def info(registry: RegistryDep, settings: SettingsDep) -> Info:
             "ready": registry.ready,
             "default_model": registry.default_name,
             "models": registry.describe(),
+            "galleries": [
+                {"name": g.name, "kind": g.kind, "model": g.model, "count": g.count, "metric": g.metric}
+                for g in galleries
+            ],
             "limits": settings.limits(),
         }
     )

@@ -49,6 +49,9 @@ def test_every_router_module_is_included() -> None:
         "/health",
         "/ready",
         "/metrics",
+        "/galleries",
+        "/galleries/{name}/items",
+        "/retrieve",
     } <= paths
     assert ROUTER_MODULES[:5] == ("encode", "embeddings", "models", "health", "metrics")
 

@@ -7,6 +7,7 @@ import sys
 
 import app.batcher
 import app.errors
+import app.galleries.errors  # loaded so the gallery errors are checked against the tree too
 import app.pull.errors  # loaded so its error classes are checked too
 from app.errors import ERROR_TABLE, error_response
 from converters.errors import LnserveError
@@ -22,6 +23,7 @@ def _subclasses(cls: type) -> set[type]:
 def test_every_error_class_has_code_and_status() -> None:
     classes = _subclasses(LnserveError)
     assert {app.errors.ModelNotFoundError, app.errors.NotReadyError, app.batcher.QueueFullError} <= classes
+    assert app.galleries.errors.GalleryNotFoundError in classes
     for cls in classes:
         assert cls.code and cls.code == cls.code.lower() and " " not in cls.code, cls
         assert 400 <= cls.http_status < 600, cls

@@ -1,0 +1,103 @@
+"""``/galleries``: create galleries, add items (captions as text, images as CNN features, encoded here
+with the gallery's model), delete items, list and describe galleries.
+
+An add is acknowledged (200 with the ids) only after the store has committed it durably; a crash before
+that leaves no trace of the batch (``app.galleries.store``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from app.deps import GalleriesDep, RegistryDep, SettingsDep
+from app.errors import TooManySentencesError
+from app.galleries.errors import GalleryMismatchError
+from app.gallery_ops import encode_inputs, model_for, warm_scorer
+from app.schemas import ErrorBody
+from app.schemas_retrieval import GalleryCreate, GalleryList, GalleryOut, ItemOut, ItemsAdd, ItemsAdded
+
+router = APIRouter(prefix="/galleries", tags=["galleries"])
+_CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorBody, "description": "Name or id taken."}}
+
+
+@router.post("", response_model=GalleryOut, status_code=201, responses=_CONFLICT)
+async def create_gallery(body: GalleryCreate, registry: RegistryDep, store: GalleriesDep) -> JSONResponse:
+    """Create an empty gallery of images or captions embedded by one model (default: the default model)."""
+    ref = registry.get(body.model).model_ref()
+    info = await run_in_threadpool(lambda: store.create(body.name, kind=body.kind, model=ref))
+    if info.metric == "order_violation":
+        warm_scorer(store)
+    return JSONResponse(info.as_dict(), status_code=201)
+
+
+@router.get("", response_model=GalleryList)
+async def list_galleries(store: GalleriesDep) -> GalleryList:
+    """Every gallery: kind, model, item count and what its scores mean."""
+    infos = await run_in_threadpool(store.list)
+    return GalleryList.model_validate({"galleries": [i.as_dict() for i in infos]})
+
+
+@router.get("/{name}", response_model=GalleryOut)
+async def get_gallery(name: str, store: GalleriesDep) -> GalleryOut:
+    """One gallery: kind, model, item count and what its scores mean."""
+    info = await run_in_threadpool(store.get, name)
+    return GalleryOut.model_validate(info.as_dict())
+
+
+@router.post("/{name}/items", response_model=ItemsAdded, responses=_CONFLICT)
+async def add_items(
+    name: str,
+    body: ItemsAdd,
+    request: Request,
+    registry: RegistryDep,
+    store: GalleriesDep,
+    settings: SettingsDep,
+) -> ItemsAdded:
+    """Encode items with the gallery's model and add them atomically (all or none); returns their ids."""
+    if len(body.items) > settings.max_sentences:
+        raise TooManySentencesError(
+            f"{len(body.items)} items in one request; the limit is {settings.max_sentences} (max_sentences)"
+        )
+    info = await run_in_threadpool(store.get, name)
+    wanted = "text" if info.kind == "captions" else "image"
+    wrong = next((i for i, it in enumerate(body.items) if getattr(it, wanted) is None), None)
+    if wrong is not None:
+        raise GalleryMismatchError(f"gallery {name!r} holds {info.kind}: item {wrong} has no {wanted!r}")
+    entry = model_for(registry, info, body.model)
+    texts = [it.text for it in body.items if it.text is not None]
+    images = [it.image for it in body.items if it.image is not None]
+    text_vecs, image_vecs = await encode_inputs(
+        request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
+    )
+    vectors = text_vecs if text_vecs is not None else image_vecs
+    ids = [it.id if it.id is not None else uuid.uuid4().hex for it in body.items]
+    payloads = [
+        it.payload if "payload" in it.model_fields_set or it.text is None else {"text": it.text}
+        for it in body.items
+    ]
+
+    def add() -> tuple[list[str], int]:
+        added = store.add_items(name, vectors, ids=ids, payloads=payloads, model=entry.model_ref())
+        return added, store.get(name).count
+
+    added, count = await run_in_threadpool(add)
+    return ItemsAdded(gallery=name, ids=added, count=count)
+
+
+@router.get("/{name}/items/{item_id}", response_model=ItemOut)
+async def get_item(name: str, item_id: str, store: GalleriesDep) -> JSONResponse:
+    """One live item's id and payload."""
+    item = await run_in_threadpool(store.get_item, name, item_id)
+    return JSONResponse(item)
+
+
+@router.delete("/{name}/items/{item_id}", status_code=204, responses={404: {"model": ErrorBody}})
+async def delete_item(name: str, item_id: str, store: GalleriesDep) -> Response:
+    """Delete one item; it stops appearing in results at once."""
+    await run_in_threadpool(store.delete_item, name, item_id)
+    return Response(status_code=204)

@@ -1,0 +1,199 @@
+"""Request and response bodies of the gallery and retrieval routes (``/galleries``, ``/retrieve``).
+
+Kept apart from ``app.schemas`` (encoding) because these describe stored items and ranked results; both
+modules share the conventions: ``extra="forbid"`` on requests, limits stated in the schema where static.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.galleries.store import KINDS, MAX_K, MAX_QUERIES
+
+GalleryKind = Literal["images", "captions"]
+assert set(GalleryKind.__args__) == set(KINDS)  # type: ignore[attr-defined]  # one list of kinds
+GALLERY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+ItemId = Field(min_length=1, max_length=256, description="Unique within the gallery.")
+ModelField = Field(
+    None, description="Model name (see GET /models); must be the gallery's model. Default: the gallery's."
+)
+
+
+def _no_surrogates(value: Any) -> Any:
+    """Lone UTF-16 surrogates (legal in JSON escapes) cannot be stored or sent back as UTF-8: refuse them."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("strings must be valid Unicode (no lone surrogates)") from None
+    elif isinstance(value, list):
+        for v in value:
+            _no_surrogates(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_surrogates(k)
+            _no_surrogates(v)
+    return value
+
+
+# -- galleries -------------------------------------------------------------------------------------
+class ScoreInfo(BaseModel):
+    metric: Literal["order_violation", "negative_cosine", "cosine"]
+    direction: Literal["lower_is_better", "higher_is_better"]
+    meaning: str
+
+
+class GalleryCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=GALLERY_NAME, description="Letters, digits, '.', '_', '-'; up to 128.")
+    kind: GalleryKind = Field(description="What the items are: images (features) or captions (text).")
+    model: str | None = Field(None, description="Model that embeds the items (default: the default model).")
+
+
+class GalleryOut(BaseModel):
+    name: str
+    kind: GalleryKind
+    count: int = Field(description="Live items.")
+    dim: int
+    model: str
+    model_sha256: str = Field(description="sha256 of the model's manifest.json: queries must match it.")
+    family: str
+    method: str
+    metric: str
+    score: ScoreInfo
+    created_at: float
+    uid: str
+
+
+class GalleryList(BaseModel):
+    galleries: list[GalleryOut]
+
+
+class GallerySummary(BaseModel):
+    """One line of ``/info``."""
+
+    name: str
+    kind: GalleryKind
+    model: str
+    count: int
+    metric: str
+
+
+class ItemIn(BaseModel):
+    """Exactly one of ``text`` (captions galleries) or ``image`` (images galleries)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(None, min_length=1, max_length=256, description="Default: a random hex id.")
+    text: str | None = Field(None, description="A caption, encoded with the gallery's model.")
+    image: list[float] | None = Field(None, description="CNN features (dim_image), encoded server-side.")
+    payload: Any = Field(None, description="Any JSON value, returned with hits (captions default: {text}).")
+
+    @field_validator("id", "payload")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return _no_surrogates(value)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> ItemIn:
+        if (self.text is None) == (self.image is None):
+            raise ValueError("give exactly one of text and image")
+        return self
+
+
+class ItemsAdd(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = ModelField
+    items: list[ItemIn] = Field(min_length=1, description="At most max_sentences items (see /info).")
+    pretokenized: bool = Field(False, description="Split captions on whitespace only, as the original code.")
+    truncate: bool = Field(False, description="Cut captions over max_tokens instead of refusing them.")
+
+
+class ItemsAdded(BaseModel):
+    gallery: str
+    ids: list[str] = Field(description="Ids of the added items, in order; durable once this is returned.")
+    count: int = Field(description="Live items in the gallery now.")
+
+
+class ItemOut(BaseModel):
+    id: str
+    payload: Any
+
+
+# -- retrieval -------------------------------------------------------------------------------------
+class TextQuery(BaseModel):
+    """A caption: retrieves images (images gallery) or captions (captions gallery)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str
+
+
+class ImageQuery(BaseModel):
+    """CNN image features (dim_image), encoded server-side: retrieves captions."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: list[float] = Field(min_length=1)
+
+
+class IdQuery(BaseModel):
+    """A stored item's vector as the query (no encoding); from ``gallery`` (default: the searched one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=256)
+    gallery: str | None = Field(None, description="Gallery holding the item (same model required).")
+
+    @field_validator("id", "gallery")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        return _no_surrogates(value)
+
+
+Query = TextQuery | ImageQuery | IdQuery
+
+
+class RetrieveRequest(BaseModel):
+    """Exactly one of ``query`` (one query; ``results`` is one list) and ``queries`` (a batch; ``results``
+    is one list per query, in order)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = ModelField
+    gallery: str = Field(description="Gallery to search.")
+    query: Query | None = Field(None, description='{"text": ...} | {"image": [floats]} | {"id": ...}')
+    queries: list[Query] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_QUERIES,
+        description="Batch of queries (each as `query`); at most max_sentences (see /info).",
+    )
+    k: int = Field(10, ge=1, le=MAX_K, description="Results per query (fewer if the gallery is smaller).")
+    pretokenized: bool = Field(False, description="Split text queries on whitespace only.")
+    truncate: bool = Field(False, description="Cut text queries over max_tokens instead of refusing them.")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> RetrieveRequest:
+        if (self.query is None) == (self.queries is None):
+            raise ValueError("give exactly one of query and queries")
+        return self
+
+    def query_list(self) -> list[Query]:
+        return [self.query] if self.query is not None else list(self.queries or [])
+
+
+class Hit(BaseModel):
+    id: str
+    score: float = Field(description="In the units of `score.metric`; see `score.direction`.")
+    payload: Any
+
+
+class RetrieveResponse(BaseModel):
+    gallery: str
+    model: str
+    score: ScoreInfo = Field(description="What the scores mean and whether lower or higher is better.")
+    results: list[Hit] | list[list[Hit]] = Field(
+        description="Best first. `query`: one list of hits; `queries`: one list per query, in order."
+    )
