@@ -27,6 +27,7 @@ log = logging.getLogger("lnserve.converters")
 DICTIONARY = "dictionary.json"
 TABLE_FILES = {"uni": ("utable.npy", "uni_table.npy"), "bi": ("btable.npy", "bi_table.npy")}
 Progress = Callable[[str, int, int], None]
+STANDARD_UNUSED = frozenset({"Wemb", "history_errs"})  # saved by the trainer, replaced by the tables
 
 
 @dataclass
@@ -58,8 +59,11 @@ def read_skip_half(npz_path: Path, kind: str, *, cell: str | None = None) -> Ski
         expected.update(expected_cell_shapes(prefix, chosen, dim_word, dim))
     check_params(params, expected, source=str(npz_path))
     extras = extra_keys(params, expected)
-    if extras:
-        notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(extras)}")
+    standard = [k for k in extras if k in STANDARD_UNUSED]
+    if standard:  # every published skip-thoughts file has these: not worth a warning
+        log.info("%s: not used for encoding: %s", npz_path.name, ", ".join(standard))
+    if unusual := [k for k in extras if k not in STANDARD_UNUSED]:
+        notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(unusual)}")
     modules = {"uni": {"encoder": "uni"}, "bi": {"encoder": "bi_fwd", "encoder_r": "bi_bwd"}}[kind]
     tensors: dict[str, np.ndarray] = {}
     for prefix, module in modules.items():
