@@ -26,7 +26,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/encode_throughput.py
 
-# The trained demo from scratch: world -> training -> held-out eval -> app/demo_model/ (about 3 min on 2 cores).
+# The trained demo from scratch: world -> training -> held-out eval -> app/demo_model/ (about 2 min on 2 cores).
 DEMO_WORK := build/demo
 DEMO_RECIPE := --cell lngru --dim-word 32 --dim 64 --epochs 12 --seed 7 --device cpu
 demo-model: $(STAMP)
