@@ -30,17 +30,17 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 lnserve \
     && useradd --system --uid 10001 --gid lnserve --create-home --home-dir /home/lnserve lnserve \
-    && mkdir -p /models /cache \
-    && chown 10001:10001 /models /cache
+    && mkdir -p /models /data \
+    && chown 10001:10001 /models /data
 COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     LNSERVE_HOST=0.0.0.0 \
     LNSERVE_PORT=8000 \
-    LNSERVE_CACHE_DIR=/cache
+    LNSERVE_GALLERIES_DIR=/data/galleries
 USER 10001:10001
 WORKDIR /home/lnserve
-VOLUME ["/models"]
+VOLUME ["/models", "/data"]
 EXPOSE 8000
 # /ready: 200 once every model is loaded and warmed up (urlopen raises on 503)
 HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \

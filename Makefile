@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: serve test lint bench clean
+.PHONY: serve test lint bench demo-model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,17 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/encode_throughput.py
+
+# The trained demo from scratch: world -> training -> held-out eval -> app/demo_model/ (about 2 min on 2 cores).
+DEMO_WORK := build/demo
+DEMO_RECIPE := --cell lngru --dim-word 32 --dim 64 --epochs 12 --seed 7 --device cpu
+demo-model: $(STAMP)
+	$(BIN)/lnserve train world --out $(DEMO_WORK)/world
+	$(BIN)/lnserve train order-embedding --world $(DEMO_WORK)/world $(DEMO_RECIPE) \
+		--name demo-lngru --demo --force --out $(DEMO_WORK)/model
+	$(BIN)/lnserve eval --model $(DEMO_WORK)/model --captions $(DEMO_WORK)/world/test_caps.txt \
+		--images $(DEMO_WORK)/world/test_ims.npy --folds 1 --json $(DEMO_WORK)/eval.json
+	$(BIN)/python -m app.training.demo ship $(DEMO_WORK)/model $(DEMO_WORK)/world $(DEMO_WORK)/eval.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

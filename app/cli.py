@@ -12,7 +12,7 @@ from typing import Annotated
 import click
 import typer
 
-from app.commands import convert, encode, eval, gallery, model, pull, serve
+from app.commands import convert, encode, eval, gallery, model, pull, serve, train
 from converters.errors import LnserveError
 
 app = typer.Typer(
@@ -34,7 +34,7 @@ def _root(
     )
 
 
-for _commands in (convert, encode, model, serve, pull, gallery, eval):
+for _commands in (convert, encode, model, serve, pull, gallery, eval, train):
     _commands.register(app)
 
 

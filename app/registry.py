@@ -39,9 +39,9 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
     """
     dirs = [d for given in settings.models for d in _artifact_dirs(Path(given))]
     if not settings.models:
-        from converters.demo import ensure_demo_artifact
+        from app.training.demo import ensure_demo_artifact
 
-        dirs = [ensure_demo_artifact(settings.cache_dir)]
+        dirs = [ensure_demo_artifact()]
     out: list[tuple[str, Path, dict[str, Any]]] = []
     for d in dirs:
         try:

@@ -45,7 +45,6 @@ class Settings(BaseSettings):
     default_model: str | None = Field(None, description="Name of the default model (default: the first).")
     backend: str = Field(DEFAULT_BACKEND, description=f"Inference backend: {', '.join(BACKENDS)}.")
     threads: int = Field(default_factory=_default_threads, ge=1, description="Intra-op threads per model.")
-    cache_dir: Path | None = Field(None, description="Where the demo model is built (default ~/.cache).")
     galleries_dir: Path | None = Field(
         None, description="Root of the retrieval galleries (default ~/.local/share/lnserve/galleries)."
     )

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.runtime.engine import Engine  # noqa: E402
-from converters.demo import DEMO_WORDS, ensure_demo_artifact  # noqa: E402
+from app.training.demo import ensure_demo_artifact  # noqa: E402
+from converters.demo import DEMO_WORDS  # noqa: E402
 from tests.e2e.server import start_server  # noqa: E402
 
 

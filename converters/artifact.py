@@ -133,6 +133,7 @@ def read_artifact(path: Path) -> Artifact:
         raise ManifestMismatchError(f"{mpath}: missing the files table")
     _check_files(path, files)
     _check_dims(path, manifest)
+    _check_cell_options(mpath, manifest)
     return Artifact(path=path, manifest=manifest)
 
 
@@ -187,6 +188,20 @@ def _check_dims(path: Path, manifest: Mapping[str, Any]) -> None:
         if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got, strict=True)):
             shown = tuple("*" if w is None else w for w in want)
             raise ManifestMismatchError(f"{path}: {key} has shape {got}, the manifest implies {shown}")
+
+
+def _check_cell_options(mpath: Path, manifest: Mapping[str, Any]) -> None:
+    """``cell_options.partial_rms`` (pRMSNorm, trained models): a fraction in (0, 1] of an RMS cell."""
+    opts = manifest.get("cell_options", {})
+    p = opts.get("partial_rms", 1.0) if isinstance(opts, dict) else None
+    if not isinstance(p, int | float) or not 0.0 < p <= 1.0:
+        raise ManifestMismatchError(
+            f"{mpath}: cell_options.partial_rms must be a number in (0, 1], got {p!r}"
+        )
+    if p != 1.0 and manifest.get("cell") not in ("rlngru", "rlnlstm"):
+        raise ManifestMismatchError(
+            f"{mpath}: partial_rms {p} needs an RMS cell, not {manifest.get('cell')!r}"
+        )
 
 
 def _check_files(path: Path, files: Mapping[str, Mapping[str, Any]]) -> None:

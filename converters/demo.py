@@ -1,25 +1,22 @@
-"""The embedded demo model: a small deterministic LN-GRU order-embedding checkpoint, written in the exact
-legacy on-disk format by our own code and converted through the same converter path as real checkpoints.
+"""A small deterministic RANDOM-weight LN-GRU order-embedding checkpoint, written in the exact legacy
+on-disk format by our own code and converted through the same converter path as real checkpoints.
 
-Its weights are random, so its vectors are meaningless: it exists so that a fresh clone can serve and
-test end to end without downloading anything.
+Its vectors are meaningless: it is a converter-path smoke model (benchmarks, tests). The model the service
+serves by default is the trained demo shipped in ``app/demo_model/`` (see ``app.training.demo``).
 """
 
 from __future__ import annotations
 
 import collections
-import os
 import pickle
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from converters.artifact import MANIFEST, read_artifact
-from converters.errors import ArtifactError
 from converters.order_embedding import read_order_embedding, write_order_embedding
 
-DEMO_NAME = "demo-lngru"
+DEMO_NAME = "random-lngru"
 DEMO_SEED = 20240611
 DEMO_WORDS = tuple(
     """
@@ -89,20 +86,3 @@ def build_demo_artifact(out: Path, *, overwrite: bool = False) -> Path:
         model = read_order_embedding(prefix)
         write_order_embedding(model, out, name=DEMO_NAME, demo=True, overwrite=overwrite)
     return out
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("LNSERVE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lnserve")
-    return Path(base)
-
-
-def ensure_demo_artifact(cache_dir: Path | None = None) -> Path:
-    """The demo artifact's directory, built on first use (deterministic, so rebuilding is safe)."""
-    out = (cache_dir or default_cache_dir()) / DEMO_NAME
-    if (out / MANIFEST).is_file():
-        try:
-            read_artifact(out)
-            return out
-        except ArtifactError:
-            pass
-    return build_demo_artifact(out, overwrite=True)

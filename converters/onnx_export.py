@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from converters.artifact import MANIFEST, Artifact, read_artifact
+from converters.errors import OnnxModelError
 from converters.hashing import sha256_file
 from converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 
@@ -47,6 +48,12 @@ def recurrent_parts(artifact: Artifact) -> dict[str, tuple[str, dict[str, np.nda
 def build_graphs(
     artifact: Artifact, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_FORM
 ) -> dict[str, onnx.ModelProto]:
+    partial = artifact.manifest.get("cell_options", {}).get("partial_rms", 1.0)
+    if partial != 1.0:
+        raise OnnxModelError(
+            f"{artifact.path}: partial RMSNorm (p={partial}) is not in the ONNX graph builder; "
+            "serve this model with the torch backend"
+        )
     graphs = {
         part: build_recurrent_encoder_graph(cell, weights, opset=opset, form=_form_for(cell, form))
         for part, (cell, weights) in recurrent_parts(artifact).items()

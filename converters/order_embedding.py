@@ -15,7 +15,13 @@ from converters.detect import detect_cell
 from converters.errors import CorruptFileError
 from converters.hashing import sha256_file
 from converters.legacy_files import read_legacy_pickle, read_npz
-from converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
+from converters.param_map import (
+    cell_state_dict,
+    check_params,
+    expected_cell_shapes,
+    extra_keys,
+    legacy_cell_params,
+)
 
 log = logging.getLogger("lnserve.converters")
 
@@ -79,16 +85,33 @@ def read_order_embedding(prefix: Path, *, cell: str | None = None) -> ConvertedO
     return ConvertedOrderEmbedding(chosen, options, worddict, tensors, notes, sources)
 
 
+RANDOM_DEMO_DESCRIPTION = "DEMO model with random weights: vectors are meaningless"
+
+
 def write_order_embedding(
-    model: ConvertedOrderEmbedding, out: Path, *, name: str, demo: bool = False, overwrite: bool = False
+    model: ConvertedOrderEmbedding,
+    out: Path,
+    *,
+    name: str,
+    demo: bool = False,
+    description: str | None = None,
+    partial_rms: float = 1.0,
+    extra: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Write the artifact directory; returns the manifest."""
+    """Write the artifact directory; returns the manifest.
+
+    ``partial_rms`` < 1 (pRMSNorm, trained models only) is recorded as ``cell_options.partial_rms``;
+    ``extra`` adds top-level manifest sections (a trained model's ``training`` record).
+    """
     opts = model.options
-    manifest = {
+    if description is None:
+        description = RANDOM_DEMO_DESCRIPTION if demo else ""
+    manifest: dict[str, Any] = {
         "name": name,
         "family": "order-embedding",
         "demo": demo,
-        "description": "DEMO model with random weights: vectors are meaningless" if demo else "",
+        "description": description,
         "converter_version": CONVERTER_VERSION,
         "cell": model.cell,
         "dims": {
@@ -108,8 +131,43 @@ def write_order_embedding(
         "defaults": {"eos": True, "normalize": True},
         "sources": model.sources,
         "notes": model.notes,
+        **(extra or {}),
     }
+    if partial_rms != 1.0:
+        manifest["cell_options"] = {"partial_rms": float(partial_rms)}
     with staging_dir(out, overwrite=overwrite) as tmp:
         save_weights(tmp, model.tensors)
         write_json(tmp / VOCAB, {"worddict": model.worddict})
         return finish_manifest(tmp, manifest)
+
+
+def write_legacy_order_embedding(
+    prefix: Path,
+    *,
+    cell: str,
+    options: dict[str, Any],
+    worddict: dict[str, int],
+    tensors: dict[str, np.ndarray],
+) -> None:
+    """Write ``PREFIX.npz`` + ``PREFIX.pkl`` exactly as the original trainer saved them: Theano-named
+    (in, out) arrays, and a protocol-0 pickle of ``{'options', 'worddict': OrderedDict}`` (spec §5.2).
+
+    ``tensors`` use the artifact's module names; ``options`` are the legacy option keys.
+    """
+    import collections
+    import pickle
+
+    params = {
+        "Wemb": tensors["sentence.embedding.weight"],
+        **legacy_cell_params(
+            {k.removeprefix("sentence.rnn.cell."): v for k, v in tensors.items() if ".rnn.cell." in k},
+            "encoder",
+            cell,
+        ),
+        "ff_image_W": tensors["image.proj.weight"].T,
+        "ff_image_b": tensors["image.proj.bias"],
+    }
+    np.savez(f"{prefix}.npz", **{k: np.ascontiguousarray(v, dtype=np.float32) for k, v in params.items()})
+    ordered = collections.OrderedDict(sorted(worddict.items(), key=lambda kv: kv[1]))
+    with open(f"{prefix}.pkl", "wb") as f:
+        pickle.dump({"options": dict(options), "worddict": ordered}, f, protocol=0)

@@ -85,5 +85,32 @@ def cell_state_dict(params: Mapping[str, np.ndarray], prefix: str, cell: str) ->
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
+def legacy_cell_params(tensors: Mapping[str, np.ndarray], prefix: str, cell: str) -> dict[str, np.ndarray]:
+    """The inverse of ``cell_state_dict``: module-named cell tensors -> Theano names in (in, out) layout."""
+    if cell in GRU_CELLS:
+        d = tensors["weight_hh"].shape[1]
+        w_ih, w_hh = tensors["weight_ih"].T, tensors["weight_hh"].T  # (n_in, 3d), (d, 3d)
+        out = {
+            "W": w_ih[:, : 2 * d],
+            "Wx": w_ih[:, 2 * d :],
+            "b": tensors["bias_ih"][: 2 * d],
+            "bx": tensors["bias_ih"][2 * d :],
+            "U": w_hh[:, : 2 * d],
+            "Ux": w_hh[:, 2 * d :],
+        }
+        groups = _NORM_GROUPS_GRU
+    elif cell in LSTM_CELLS:
+        out = {"W": tensors["weight_ih"].T, "U": tensors["weight_hh"].T, "b": tensors["bias"]}
+        groups = _NORM_GROUPS_LSTM
+    else:
+        raise ValueError(f"unknown cell type {cell!r}")
+    for idx, name, _ in groups:
+        if cell.startswith(("ln", "rln")):
+            out[f"s{idx}"] = tensors[f"{name}.weight"]
+        if cell.startswith("ln"):
+            out[f"b{idx}"] = tensors[f"{name}.bias"]
+    return {f"{prefix}_{k}": np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
 def extra_keys(params: Iterable[str], used: Iterable[str]) -> list[str]:
     return sorted(set(params) - set(used))

@@ -29,17 +29,18 @@ class GRUFamilyCell(nn.Module):
 
     norm_kind: ClassVar[str | None] = None
 
-    def __init__(self, input_size: int, hidden_size: int) -> None:
+    def __init__(self, input_size: int, hidden_size: int, *, partial_rms: float = 1.0) -> None:
         super().__init__()
         d = hidden_size
         self.input_size, self.hidden_size = input_size, d
         self.weight_ih = nn.Parameter(torch.zeros(3 * d, input_size))
         self.bias_ih = nn.Parameter(torch.zeros(3 * d))
         self.weight_hh = nn.Parameter(torch.zeros(3 * d, d))
-        self.norm_ih_ru = make_norm(self.norm_kind, 2 * d)
-        self.norm_ih_c = make_norm(self.norm_kind, d)
-        self.norm_hh_ru = make_norm(self.norm_kind, 2 * d)
-        self.norm_hh_c = make_norm(self.norm_kind, d)
+        kind, p = self.norm_kind, partial_rms
+        self.norm_ih_ru = make_norm(kind, 2 * d, partial=p)
+        self.norm_ih_c = make_norm(kind, d, partial=p)
+        self.norm_hh_ru = make_norm(kind, 2 * d, partial=p)
+        self.norm_hh_c = make_norm(kind, d, partial=p)
 
     def initial_state(self, batch: int, like: torch.Tensor) -> State:
         return (like.new_zeros(batch, self.hidden_size),)
@@ -83,16 +84,16 @@ class LSTMFamilyCell(nn.Module):
 
     norm_kind: ClassVar[str | None] = None
 
-    def __init__(self, input_size: int, hidden_size: int) -> None:
+    def __init__(self, input_size: int, hidden_size: int, *, partial_rms: float = 1.0) -> None:
         super().__init__()
         d = hidden_size
         self.input_size, self.hidden_size = input_size, d
         self.weight_ih = nn.Parameter(torch.zeros(4 * d, input_size))
         self.weight_hh = nn.Parameter(torch.zeros(4 * d, d))
         self.bias = nn.Parameter(torch.zeros(4 * d))
-        self.norm_ih = make_norm(self.norm_kind, 4 * d)
-        self.norm_hh = make_norm(self.norm_kind, 4 * d)
-        self.norm_cell = make_norm(self.norm_kind, d)
+        self.norm_ih = make_norm(self.norm_kind, 4 * d, partial=partial_rms)
+        self.norm_hh = make_norm(self.norm_kind, 4 * d, partial=partial_rms)
+        self.norm_cell = make_norm(self.norm_kind, d, partial=partial_rms)
 
     def initial_state(self, batch: int, like: torch.Tensor) -> State:
         zeros = like.new_zeros(batch, self.hidden_size)
@@ -139,12 +140,12 @@ CELLS: dict[str, type[nn.Module]] = {
 }
 
 
-def make_cell(cell_type: str, input_size: int, hidden_size: int) -> nn.Module:
-    """Instantiate a cell by its legacy name (``gru``, ``lngru``, ...)."""
+def make_cell(cell_type: str, input_size: int, hidden_size: int, *, partial_rms: float = 1.0) -> nn.Module:
+    """Instantiate a cell by its legacy name (``gru``, ``lngru``, ...); ``partial_rms`` < 1: pRMSNorm."""
     try:
         cls = CELLS[cell_type]
     except KeyError:
         raise ValueError(
             f"unknown cell type {cell_type!r}; expected one of {', '.join(CELL_TYPES)}"
         ) from None
-    return cls(input_size, hidden_size)
+    return cls(input_size, hidden_size, partial_rms=partial_rms)

@@ -25,6 +25,7 @@ class OrderEmbeddingConfig:
     dim: int
     dim_image: int
     use_abs: bool
+    partial_rms: float = 1.0  # pRMSNorm fraction (RMS cells only); 1 = the legacy RMSNorm
 
 
 class OrderSentenceEncoder(nn.Module):
@@ -34,7 +35,7 @@ class OrderSentenceEncoder(nn.Module):
         super().__init__()
         self.use_abs = cfg.use_abs
         self.embedding = nn.Embedding(cfg.n_words, cfg.dim_word)
-        self.rnn = Recurrence(cfg.cell, cfg.dim_word, cfg.dim)
+        self.rnn = Recurrence(cfg.cell, cfg.dim_word, cfg.dim, partial_rms=cfg.partial_rms)
 
     def hidden(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """ids (T, B) int64 including the appended eos, lengths (B,) -> raw last state (B, d)."""

@@ -21,23 +21,42 @@ class LegacyLayerNorm(nn.Module):
         return F.layer_norm(z, (z.shape[-1],), self.weight, self.bias, eps=EPS)
 
 
-class LegacyRMSNorm(nn.Module):
-    """RMS(z) = gain * z / sqrt(mean(z^2) + 1e-5): no bias, eps set explicitly (torch's default differs)."""
+def partial_size(size: int, partial: float) -> int:
+    """Features that feed the pRMSNorm statistic: floor(p * d), as ``int(d * p)`` in bzhangGo/rmsnorm's
+    ``rmsnorm_torch.py`` (spec §4.8); at least one, so a tiny p still has a statistic."""
+    if not 0.0 < partial <= 1.0:
+        raise ValueError(f"partial RMSNorm fraction must be in (0, 1], got {partial}")
+    return max(1, int(size * partial))
 
-    def __init__(self, size: int) -> None:
+
+class LegacyRMSNorm(nn.Module):
+    """RMS(z) = gain * z / sqrt(mean(z^2) + 1e-5): no bias, eps set explicitly (torch's default differs).
+
+    ``partial`` < 1 is pRMSNorm (Zhang & Sennrich 2019): the mean square is taken over the first
+    floor(p * d) features only, and the whole vector is rescaled by it. p = 1 is the exact legacy norm.
+    """
+
+    def __init__(self, size: int, *, partial: float = 1.0) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
+        self.partial = partial
+        self.stat_size = partial_size(size, partial)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(z, (z.shape[-1],), self.weight, eps=EPS)
+        if self.stat_size == z.shape[-1]:
+            return F.rms_norm(z, (z.shape[-1],), self.weight, eps=EPS)
+        head = z[..., : self.stat_size]
+        return self.weight * z * torch.rsqrt((head * head).mean(dim=-1, keepdim=True) + EPS)
 
 
-def make_norm(kind: str | None, size: int) -> nn.Module:
-    """Build the norm a cell type asks for: 'ln', 'rms' or None (identity)."""
+def make_norm(kind: str | None, size: int, *, partial: float = 1.0) -> nn.Module:
+    """Build the norm a cell type asks for: 'ln', 'rms' or None (identity); ``partial`` is RMS-only."""
+    if partial != 1.0 and kind != "rms":
+        raise ValueError(f"partial RMSNorm (p={partial}) needs an RMSNorm cell, not norm kind {kind!r}")
     if kind == "ln":
         return LegacyLayerNorm(size)
     if kind == "rms":
-        return LegacyRMSNorm(size)
+        return LegacyRMSNorm(size, partial=partial)
     return nn.Identity()
 
 

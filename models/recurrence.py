@@ -28,10 +28,12 @@ def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 class Recurrence(nn.Module):
     """Runs a cell over a right-padded time-major batch and returns every state."""
 
-    def __init__(self, cell_type: str, input_size: int, hidden_size: int) -> None:
+    def __init__(
+        self, cell_type: str, input_size: int, hidden_size: int, *, partial_rms: float = 1.0
+    ) -> None:
         super().__init__()
         self.cell_type = cell_type
-        self.cell = make_cell(cell_type, input_size, hidden_size)
+        self.cell = make_cell(cell_type, input_size, hidden_size, partial_rms=partial_rms)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> list[State]:
         """x (T, B, n_in), mask (T, B) bool -> the state after each step (T entries).

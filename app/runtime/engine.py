@@ -7,6 +7,7 @@ ONNX backends are interchangeable and padding never changes a vector.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,9 @@ from app.runtime.bucketing import length_batches, pad_ids, reverse_padded
 from app.runtime.scoring import error_matrix
 from app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for
 from converters.artifact import Artifact, read_artifact
-from converters.errors import EncodeInputError
+from converters.errors import EncodeInputError, ProviderUnavailableError
+
+log = logging.getLogger("lnserve.runtime")
 
 BACKENDS = ("onnx", "torch")
 DEFAULT_BACKEND = "onnx"
@@ -44,7 +47,23 @@ class Encoded:
     token_counts: list[int]  # steps run per sentence, eos included
 
 
+def needs_torch(artifact: Artifact) -> str | None:
+    """Why only the torch backend can run this artifact, or None. The ONNX graph builder implements the
+    legacy norms only, so a pRMSNorm model (``cell_options.partial_rms`` < 1, trained by lnserve) has no
+    ONNX graph."""
+    p = artifact.manifest.get("cell_options", {}).get("partial_rms", 1.0)
+    return f"partial RMSNorm (p={p}) has no ONNX graph" if p != 1.0 else None
+
+
 def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
+    """The named backend. ``onnx`` on an artifact only torch can run falls back to ``torch`` with a warning
+    (the service keeps its one backend setting), unless ``strict=True``, which refuses instead."""
+    reason = needs_torch(artifact)
+    if backend == "onnx" and reason:
+        if options.get("strict"):
+            raise ProviderUnavailableError(f"{artifact.path}: strict mode: {reason}; use --backend torch")
+        log.warning("%s: %s; falling back to the torch backend", artifact.name, reason)
+        backend, options = "torch", {k: v for k, v in options.items() if k == "threads"}
     if backend == "torch":
         from app.runtime.torch_backend import TorchBackend
 

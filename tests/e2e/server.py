@@ -50,7 +50,6 @@ def start_server(
     log_path = tmp / f"server-{port}.log"
     full_env = {
         **os.environ,
-        "LNSERVE_CACHE_DIR": str(tmp / "cache"),
         "LNSERVE_GALLERIES_DIR": str(tmp / "galleries"),  # never the user's own galleries
         "LNSERVE_THREADS": "1",
         "PYTHONPATH": str(ROOT),

@@ -39,7 +39,7 @@ def test_dockerfile_shape() -> None:
     assert user.split()[1].split(":")[0] not in ("root", "0")
     joined = "\n".join(lines)
     assert "HEALTHCHECK" in joined and "/ready" in joined.split("HEALTHCHECK", 1)[1]
-    assert 'VOLUME ["/models"]' in lines
+    assert 'VOLUME ["/models", "/data"]' in lines
     assert "LNSERVE_HOST=0.0.0.0" in joined
 
 

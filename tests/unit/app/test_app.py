@@ -17,7 +17,7 @@ from converters.errors import ArtifactError, UserInputError
 
 def test_ready_turns_true_after_load_and_warm_up(tmp_path: Path) -> None:
     async def main() -> None:
-        app = create_app(Settings(cache_dir=tmp_path))
+        app = create_app(Settings(galleries_dir=tmp_path))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             before = await c.get("/ready")

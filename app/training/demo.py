@@ -1,0 +1,87 @@
+"""The embedded demo: a small LN-GRU order-embedding model trained on the synthetic world, shipped as
+package data in ``app/demo_model/`` together with a gallery of held-out world images.
+
+``make demo-model`` rebuilds it: ``lnserve train world`` -> ``lnserve train order-embedding --world`` ->
+``lnserve eval`` on the held-out split -> ``python -m app.training.demo ship`` (this module) copies the
+artifact, the gallery data and the evaluation into ``app/demo_model/``.
+
+Importing this module is cheap (no torch): the service calls ``ensure_demo_artifact`` at startup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converters.artifact import MANIFEST, read_artifact
+from converters.errors import ArtifactError
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_model"
+DEMO_NAME = "demo-lngru"
+GALLERY_IMAGES = "gallery_images.npy"
+GALLERY_PAYLOADS = "gallery_payloads.jsonl"
+EVAL_JSON = "eval.json"
+GALLERY_SIZE = 500  # held-out (test split) images in the demo gallery
+
+
+def ensure_demo_artifact() -> Path:
+    """The shipped demo artifact's directory, checked against its manifest.
+
+    Raises:
+        ArtifactError: the package lacks the demo (run ``make demo-model``) or its files do not match.
+    """
+    if not (DEMO_DIR / MANIFEST).is_file():
+        raise ArtifactError(f"{DEMO_DIR}: the demo model is missing; rebuild it with `make demo-model`")
+    read_artifact(DEMO_DIR)
+    return DEMO_DIR
+
+
+def demo_gallery_data() -> tuple[np.ndarray, list[str], list[dict[str, Any]]]:
+    """(features (N, dim_image), ids, payloads) of the shipped demo gallery images."""
+    feats = np.load(DEMO_DIR / GALLERY_IMAGES, allow_pickle=False)
+    lines = (DEMO_DIR / GALLERY_PAYLOADS).read_text(encoding="utf-8").splitlines()
+    payloads = [json.loads(line) for line in lines if line]
+    if len(payloads) != feats.shape[0]:
+        raise ArtifactError(f"{DEMO_DIR}: {feats.shape[0]} gallery images but {len(payloads)} payloads")
+    return feats, [f"test-{i}" for i in range(len(payloads))], payloads
+
+
+def ship(
+    model: Path, world: Path, eval_json: Path, *, out: Path = DEMO_DIR, size: int = GALLERY_SIZE
+) -> None:
+    """Replace ``out`` with the artifact ``model``, the first ``size`` test images of ``world`` with their
+    scene payloads, and the ``lnserve eval`` result."""
+    artifact = read_artifact(model)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name in [MANIFEST, *artifact.manifest["files"]]:
+        shutil.copy2(model / name, out / name)
+    images = np.load(world / "test_ims.npy", allow_pickle=False)[:size]
+    np.save(out / GALLERY_IMAGES, images.astype(np.float32))
+    scenes = (world / "test_scenes.jsonl").read_text(encoding="utf-8").splitlines()[:size]
+    (out / GALLERY_PAYLOADS).write_text("\n".join(scenes) + "\n", encoding="utf-8")
+    shutil.copy2(eval_json, out / EVAL_JSON)
+    read_artifact(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Copy a trained demo into app/demo_model/.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("ship")
+    p.add_argument("model", type=Path)
+    p.add_argument("world", type=Path)
+    p.add_argument("eval_json", type=Path)
+    p.add_argument("--out", type=Path, default=DEMO_DIR)
+    args = parser.parse_args()
+    ship(args.model, args.world, args.eval_json, out=args.out)
+    print(f"shipped {args.model} + gallery -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
