@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app.deps import require_api_key
 from app.errors import install_error_handlers
+from app.galleries.demo import install_demo_gallery
 from app.galleries.store import GalleryStore
 from app.gallery_ops import warm_scorer
 from app.metrics import Metrics
@@ -39,7 +40,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     registry: ModelRegistry = app.state.registry
     await registry.open()
     await _open_galleries(app.state.galleries)
-    loading = asyncio.create_task(registry.load(), name="load-models")
+    loading = asyncio.create_task(_load(app), name="load-models")
     try:
         yield
     finally:
@@ -48,6 +49,20 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await loading
         await registry.close()
         log.info("shut down")
+
+
+async def _load(app: FastAPI) -> None:
+    """Background start-up: the demo gallery first (when the demo model is served), then the models, so
+    that ``/ready`` implies both."""
+    settings: Settings = app.state.settings
+    if not settings.models:
+        try:
+            info = await asyncio.to_thread(install_demo_gallery, app.state.galleries)
+            log.info("demo gallery %s ready (%d images)", info.name, info.count)
+            warm_scorer(app.state.galleries)
+        except Exception:  # the demo gallery is a convenience: never fail serving over it
+            log.exception("could not install the demo gallery")
+    await app.state.registry.load()
 
 
 async def _open_galleries(store: GalleryStore) -> None:
