@@ -1,14 +1,14 @@
 """Build ONNX graphs for the legacy Theano recurrent sentence encoders (spec §2-§4, §11).
 
-The graphs are written op by op with ``onnx.helper`` instead of being traced from PyTorch, because tracing unrolls
-the time loop at the example length (spec §11) and we want explicit control over the graph form for speed:
+The graphs are written op by op with ``onnx.helper`` instead of being traced from PyTorch, because tracing
+unrolls the time loop at the example length (spec §11) and we want explicit control over the graph form:
 
 * the input projection and the input-side norms are hoisted out of the recurrence into one GEMM over all T*B
   tokens; only the recurrent GEMM ``h @ [U | Ux]`` and the pointwise gate maths step;
-* every weight is an initializer of the main graph, stored once and shared by every step (the Loop/Scan bodies read
-  it from the outer scope, the unrolled form references the same name from each step);
-* the mask carry is the exact ``Where(t < length, h', h)`` select of spec §2, so the output equals the state after
-  each row's last valid step.
+* every weight is an initializer of the main graph, stored once and shared by every step (the Loop/Scan bodies
+  read it from the outer scope, the unrolled form references the same name from each step);
+* the mask carry is the exact ``Where(t < length, h', h)`` select of spec §2, so the output equals the state
+  after each row's last valid step.
 
 The graph form (``Loop`` / ``Scan`` / unrolled fixed-T) and the norm implementation are keyword options; the
 defaults are the fastest forms measured on the development CPU (see ``benchmarks/onnx_graph_forms.py``).
@@ -66,7 +66,8 @@ class _Graph:
     def op_multi(self, op_type: str, inputs: list[str], n_out: int, **attrs: object) -> list[str]:
         """Append one node and return all its output names."""
         outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=self.fresh("node_" + op_type), **attrs))
+        name = self.fresh("node_" + op_type)
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=name, **attrs))
         return outs
 
     def const(self, value: np.ndarray, base: str) -> str:
@@ -173,7 +174,8 @@ class _GruParams:
     hh_c: tuple[str, str | None] | None
 
 
-def _gru_params(g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: int, opts: _Opts) -> _GruParams:
+def _gru_params(g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: int,
+                opts: _Opts) -> _GruParams:
     """Transpose to Theano (in, out) layout, fold biases and optionally mean-shift-centre the projections."""
     d = opts.d
     w_ih = _need(weights, "weight_ih", (3 * d, n_in)).T
@@ -198,7 +200,8 @@ def _gru_params(g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: i
             u_c, _ = _centre(u_c, None)
         # b3 is added before the sigmoid like b1, so it folds into the (hoisted) input norm's bias.
         g_ru, beta_ru = norms["norm_ih_ru"][0], norms["norm_ih_ru"][1] + norms["norm_hh_ru"][1]
-        in_ru = (g.const(_f32(g_ru), "s_ih_ru"), g.const(_f32(beta_ru), "b_ih_ru_plus_hh_ru") if has_bias else None)
+        in_ru = (g.const(_f32(g_ru), "s_ih_ru"),
+                 g.const(_f32(beta_ru), "b_ih_ru_plus_hh_ru") if has_bias else None)
         in_c = (g.const(_f32(norms["norm_ih_c"][0]), "s_ih_c"),
                 g.const(_f32(norms["norm_ih_c"][1]), "b_ih_c") if has_bias else None)
         hh_ru = g.const(_f32(norms["norm_hh_ru"][0]), "s_hh_ru")
@@ -246,10 +249,8 @@ def _gru_step(g: _Graph, h: str, a_t: str, c_t: str, m_t: str | None, p: _GruPar
     d = opts.d
     if opts.split_gemm:
         assert p.u_ru is not None and p.u_c is not None
-        if p.hh_ru is None:  # plain gru: fuse the precomputed input term into the GEMM's C operand
-            pre = g.op("Gemm", [h, p.u_ru, a_t])
-        else:
-            pre = g.op("MatMul", [h, p.u_ru])
+        # plain gru: fuse the precomputed input term into the GEMM's C operand
+        pre = g.op("Gemm", [h, p.u_ru, a_t]) if p.hh_ru is None else g.op("MatMul", [h, p.u_ru])
         cand = g.op("MatMul", [h, p.u_c])
     else:
         assert p.u_all is not None
@@ -398,16 +399,16 @@ def build_recurrent_encoder_graph(
     ``h`` is the state after each row's last valid step (mask carry from a zero state); no l2 normalisation.
 
     Keyword-only extras (all forms are exact to float32 rounding; defaults are the fastest measured):
-      form: "loop" (dynamic T, ONNX Loop), "scan" (dynamic T, ONNX Scan), "unrolled" (fixed T = ``steps``, one
-        graph per length bucket, straight-line so CUDA graphs can capture it), "native" (ONNX GRU op, plain gru
-        only). Passing ``steps`` without ``form`` selects "unrolled".
+      form: "loop" (dynamic T, ONNX Loop), "scan" (dynamic T, ONNX Scan), "unrolled" (fixed T = ``steps``,
+        one graph per length bucket, straight-line so CUDA graphs can capture it), "native" (ONNX GRU op,
+        plain gru only). Passing ``steps`` without ``form`` selects "unrolled".
       norm: "op" (LayerNormalization, opset >= 17), "manual" (ReduceMean/Sub/Pow/... pattern), "meanshift"
         (centre the projections per norm group offline so LN becomes RMS + beta, spec §11), "auto" = "op" when
         the opset has LayerNormalization, else "manual".
-      split_gemm: two recurrent GEMMs (h@U_ru, h@U_c) instead of one (h@[U|Ux]) + Split, saving a copy per step.
+      split_gemm: two recurrent GEMMs (h@U_ru, h@U_c) instead of one (h@[U|Ux]) + Split (a copy per step).
       update: "lerp" (h' = hh + u*(h - hh), 3 ops) or "spec" (u*h + (1-u)*hh, 4 ops); equal up to rounding.
       mask: "where" (exact per-step select, spec §2) or "gather" (run unmasked, keep every step's state and
-        gather each row's state at step length-1, spec §11 alternative; equal bit for bit, two ops fewer a step).
+        gather each row's state at step length-1, spec §11; equal bit for bit, two ops fewer a step).
     """
     if cell not in CELL_TYPES:
         raise ValueError(f"unknown cell {cell!r}; expected one of {CELL_TYPES}")
@@ -418,7 +419,7 @@ def build_recurrent_encoder_graph(
     if form == "unrolled" and (steps is None or steps < 1):
         raise ValueError("form='unrolled' needs steps >= 1")
     if form == "native" and cell != "gru":
-        raise ValueError("the native ONNX GRU op has no hook for norms: only cell='gru' can use form='native'")
+        raise ValueError("the native ONNX GRU op has no hook for norms: only cell='gru' can use it")
     if mask not in ("where", "gather"):
         raise ValueError(f"unknown mask {mask!r}; expected 'where' or 'gather'")
     if norm not in NORM_IMPLS:
@@ -516,7 +517,8 @@ def build_recurrent_encoder_graph(
             rng = g.op("Range", [g.const(np.array(0, np.int64), "c_zero_i64"), t_len,
                                  g.cached("c_one_i64", np.array(1, np.int64))])
             rng = g.op("Unsqueeze", [rng, g.const(np.array([1, 2], np.int64), "c_axes12")])  # (T, 1, 1)
-            mask_t = g.op("Less", [rng, g.op("Unsqueeze", [lens_col, g.cached("c_axes0", np.array([0], np.int64))])])
+            lens_row = g.op("Unsqueeze", [lens_col, g.cached("c_axes0", np.array([0], np.int64))])
+            mask_t = g.op("Less", [rng, lens_row])
             scan_in = [*seqs, mask_t] if masked else seqs
             outs = g.op_multi("Scan", [*states, *scan_in], len(states) + len(scan_out), body=body_graph,
                               num_scan_inputs=len(scan_in))
@@ -526,8 +528,8 @@ def build_recurrent_encoder_graph(
             last = g.op("Sub", ["lengths", one])
             last = g.op("Unsqueeze", [last, g.cached("c_axes02", np.array([0, 2], np.int64))])  # (1, B, 1)
             shape = g.op("Concat", [g.cached("c_one_1d", np.array([1], np.int64)),
-                                    g.op("Shape", ["x"], start=1, end=2), g.cached("c_state_dim", np.array([d], np.int64))],
-                         axis=0)
+                                    g.op("Shape", ["x"], start=1, end=2),
+                                    g.cached("c_state_dim", np.array([d], np.int64))], axis=0)
             picked = g.op("GatherElements", [out, g.op("Expand", [last, shape])], axis=0)
             out = g.op("Squeeze", [picked, g.cached("c_axes0", np.array([0], np.int64))])
 
@@ -554,7 +556,7 @@ def build_image_encoder_graph(weight: np.ndarray, bias: np.ndarray, *, opset: in
     weight = np.asarray(weight, dtype=np.float32)
     bias = np.asarray(bias, dtype=np.float32)
     if weight.ndim != 2 or bias.shape != (weight.shape[0],):
-        raise ValueError(f"weight {weight.shape} / bias {bias.shape} do not form a (d, dim_image) linear layer")
+        raise ValueError(f"weight {weight.shape} / bias {bias.shape} are not a (d, dim_image) linear layer")
     d, dim_image = weight.shape
     inits = [numpy_helper.from_array(weight, "ff_image_W"), numpy_helper.from_array(bias, "ff_image_b")]
     node = helper.make_node("Gemm", ["features", "ff_image_W", "ff_image_b"], ["projected"], transB=1)

@@ -89,10 +89,8 @@ def reference(cell: str, w: dict[str, np.ndarray], x: np.ndarray, lengths: np.nd
             h = m * h_new + (1.0 - m) * h
         else:
             p_t = x[t] @ P["W"] + P["b"]
-            if ln or rms:
-                q = norm(p_t, 1) + norm(h @ P["U"], 2) + P["b"]
-            else:
-                q = p_t + h @ P["U"] + P["b"]
+            normed = ln or rms
+            q = (norm(p_t, 1) + norm(h @ P["U"], 2) if normed else p_t + h @ P["U"]) + P["b"]
             i, f, o, g = (q[:, k * D : (k + 1) * D] for k in range(4))
             c_new = _sig(f) * c + _sig(i) * np.tanh(g)
             c = m * c_new + (1.0 - m) * c
