@@ -9,21 +9,22 @@ from typing import Annotated
 import typer
 
 from app.runtime.engine import DEFAULT_BACKEND
+from converters.onnx_export import DEFAULT_FORM
 
 
 def export(
     model_dir: Annotated[Path, typer.Argument(help="Model artifact directory.")],
     opset: Annotated[int, typer.Option("--opset", min=17, help="ONNX opset.")] = 18,
     form: Annotated[
-        str, typer.Option("--form", help="Graph form: loop, scan or native (plain gru only).")
-    ] = ("loop"),
+        str, typer.Option("--form", help="Graph form: scan (default), loop, or native (plain gru only).")
+    ] = DEFAULT_FORM,
 ) -> None:
     """Export the artifact's encoders to ONNX (written into the artifact, recorded in its manifest)."""
     from converters.errors import UserInputError
     from converters.onnx_export import export_onnx
 
-    if form not in ("loop", "scan", "native"):
-        raise UserInputError(f"--form must be loop, scan or native, not {form!r}")
+    if form not in ("scan", "loop", "native"):
+        raise UserInputError(f"--form must be scan, loop or native, not {form!r}")
     manifest = export_onnx(model_dir, opset=opset, form=form)
     for part, entry in manifest["onnx"]["graphs"].items():
         typer.echo(f"{part}: {model_dir / entry['file']}")

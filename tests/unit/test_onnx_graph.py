@@ -151,14 +151,14 @@ def run(model: object, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def _variants(cell: str) -> list[dict[str, object]]:
     out: list[dict[str, object]] = [
         {},
-        {"form": "scan"},
+        {"form": "loop"},
+        {"form": "loop", "mask": "where"},
+        {"form": "scan", "mask": "where"},
         {"steps": 7},
+        {"steps": 7, "mask": "where"},
         {"split_gemm": False, "update": "spec"},
         {"norm": "manual"},
         {"opset": 23},
-        {"mask": "gather"},
-        {"mask": "gather", "form": "scan"},
-        {"mask": "gather", "steps": 7},
     ]
     if cell.startswith("ln"):
         out.append({"norm": "meanshift"})
@@ -180,11 +180,12 @@ def test_matches_float64_reference(cell: str) -> None:
         assert err <= TOL, f"{cell} {kwargs}: max |diff| {err:.3g}"
 
 
+@pytest.mark.parametrize("mask", ["gather", "where"])
 @pytest.mark.parametrize("cell", CELLS)
-def test_padding_does_not_change_vectors(cell: str) -> None:
+def test_padding_does_not_change_vectors(cell: str, mask: str) -> None:
     w = make_weights(cell, seed=3)
     x, lengths = make_batch(seed=4)
-    model = build_recurrent_encoder_graph(cell, w)
+    model = build_recurrent_encoder_graph(cell, w, mask=mask)
     sess = session(model)
     (h,) = sess.run(["h"], {"x": x, "lengths": lengths})
     x_pad = np.concatenate([x, np.zeros((5, *x.shape[1:]), np.float32)], axis=0)
@@ -198,7 +199,7 @@ def test_padding_does_not_change_vectors(cell: str) -> None:
 
 def test_weights_stored_once() -> None:
     w = make_weights("lngru")
-    for kwargs in ({}, {"steps": 9}, {"form": "scan"}):
+    for kwargs in ({}, {"steps": 9}, {"form": "loop"}):
         model = build_recurrent_encoder_graph("lngru", w, **kwargs)
         n_floats = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
         n_weights = sum(v.size for v in w.values())
