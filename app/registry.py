@@ -162,6 +162,7 @@ class ModelEntry:
             "demo": bool(m.get("demo", False)),
             "backend": backend.name if backend else self.settings.backend,
             "providers": list(backend.providers) if backend else [],
+            "precision": getattr(backend, "precision", "fp32"),
         }
 
 
@@ -237,7 +238,9 @@ class ModelRegistry:
 
     async def _load_one(self, entry: ModelEntry) -> None:
         s = self.settings
-        options = {"threads": s.threads} if s.backend == "torch" else {}
+        options: dict[str, Any] = {"threads": s.threads}
+        if s.backend == "onnx":
+            options.update(providers=s.providers or None, strict=s.strict_provider, precision=s.precision)
         engine: Engine = await entry.batcher.run_exclusive(
             lambda: Engine.open(entry.path, backend=s.backend, **options)
         )

@@ -45,6 +45,16 @@ class Settings(BaseSettings):
     default_model: str | None = Field(None, description="Name of the default model (default: the first).")
     backend: str = Field(DEFAULT_BACKEND, description=f"Inference backend: {', '.join(BACKENDS)}.")
     threads: int = Field(default_factory=_default_threads, ge=1, description="Intra-op threads per model.")
+    providers: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="onnx backend: execution providers, in order (default: CUDA if a GPU is seen, then CPU).",
+    )
+    precision: Literal["fp32", "fp16"] = Field(
+        "fp32", description="onnx backend: fp16 weights and arithmetic for GPUs (norm statistics stay fp32)."
+    )
+    strict_provider: bool = Field(
+        False, description="onnx backend: fail at startup if the first provider is not obtained."
+    )
     galleries_dir: Path | None = Field(
         None, description="Root of the retrieval galleries (default ~/.local/share/lnserve/galleries)."
     )
@@ -72,7 +82,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = True
 
-    @field_validator("models", "cors_origins", mode="before")
+    @field_validator("models", "cors_origins", "providers", mode="before")
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)

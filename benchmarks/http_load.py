@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import sys
@@ -30,13 +31,20 @@ sys.path.insert(0, str(ROOT))
 
 from app.runtime.engine import Engine  # noqa: E402
 from app.training.demo import ensure_demo_artifact  # noqa: E402
-from converters.demo import DEMO_WORDS  # noqa: E402
 from tests.e2e.server import start_server  # noqa: E402
 
 
-def sentences(n: int, seed: int = 0) -> list[str]:
+def vocabulary(model: Path) -> list[str]:
+    """Words the model knows (order-embedding vocab or skip-thoughts dictionary), for realistic requests."""
+    for name, key in (("vocab.json", "worddict"), ("dictionary.json", "words")):
+        if (model / name).is_file():
+            return list(json.loads((model / name).read_text(encoding="utf-8"))[key])[:5000]
+    raise SystemExit(f"{model}: no vocabulary found")
+
+
+def sentences(words: list[str], n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choices(DEMO_WORDS, k=rng.randint(5, 15))) for _ in range(n)]
+    return [" ".join(rng.choices(words, k=rng.randint(5, 15))) for _ in range(n)]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -46,7 +54,7 @@ def pct(xs: list[float], q: float) -> float:
 def in_process(model: Path, concurrency: int, seconds: float, threads: int) -> tuple[float, float, float]:
     """Sentences/s and per-call p50/p99 (ms) calling the engine with ``concurrency`` sentences per call."""
     engine = Engine.open(model, threads=threads)
-    pool, lat, done = sentences(4096, seed=1), [], 0
+    pool, lat, done = sentences(vocabulary(model), 4096, seed=1), [], 0
     end = time.perf_counter() + seconds
     i = 0
     while time.perf_counter() < end:
@@ -59,9 +67,11 @@ def in_process(model: Path, concurrency: int, seconds: float, threads: int) -> t
     return done / seconds, pct(lat, 50), pct(lat, 99)
 
 
-async def http_load(url: str, concurrency: int, seconds: float) -> tuple[float, float, float, int]:
+async def http_load(
+    url: str, concurrency: int, seconds: float, words: list[str]
+) -> tuple[float, float, float, int]:
     """Requests/s, p50/p99 (ms) and non-200 count with ``concurrency`` clients sending one sentence each."""
-    pool = sentences(4096, seed=2)
+    pool = sentences(words, 4096, seed=2)
     lat: list[float] = []
     errors = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -95,7 +105,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        model = args.models or ensure_demo_artifact(tmp / "cache")
+        model = args.models or ensure_demo_artifact()
         env = {
             "LNSERVE_THREADS": str(args.threads),
             "LNSERVE_ACCESS_LOG": "false",
@@ -107,7 +117,9 @@ def main() -> None:
             srv = start_server(tmp, "--models", str(model), env={**env, **extra})
             try:
                 for c in args.concurrency:
-                    rows.append((label, c, *asyncio.run(http_load(srv.url, c, args.seconds))))
+                    rows.append(
+                        (label, c, *asyncio.run(http_load(srv.url, c, args.seconds, vocabulary(model))))
+                    )
             finally:
                 srv.stop()
 

@@ -72,6 +72,9 @@ def encode(
     no_normalize: Annotated[bool, typer.Option("--no-normalize", help="Return raw final states.")] = False,
     batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 128,
     backend: BackendOpt = DEFAULT_BACKEND,
+    precision: Annotated[
+        str, typer.Option("--precision", help="onnx: fp32 (exact profile) or fp16 (for GPUs; drifts ~1e-4).")
+    ] = "fp32",
 ) -> None:
     """Encode sentences (--input) or images (--images) into vectors."""
     from app.runtime.engine import Engine
@@ -81,7 +84,9 @@ def encode(
     # read and check the inputs first: bad input fails before a model is loaded
     sentences = _read_lines(input) if input is not None else None
     features = _load_matrix(images, "image features") if images is not None else None
-    engine = Engine.open(model_dir, backend=backend)
+    engine = Engine.open(
+        model_dir, backend=backend, **({"precision": precision} if backend == "onnx" else {})
+    )
     if sentences is not None:
         vectors = engine.encode_sentences(
             sentences, pretokenized=pretokenized, eos=eos, normalize=not no_normalize, batch_size=batch_size

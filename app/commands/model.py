@@ -39,12 +39,13 @@ def info(
     strict: Annotated[
         bool, typer.Option("--strict", help="Fail if the first provider is not obtained.")
     ] = False,
+    precision: Annotated[str, typer.Option("--precision", help="onnx: fp32 or fp16.")] = "fp32",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Describe a model and the execution provider(s) its sessions actually got."""
     from app.runtime.engine import Engine
 
-    options = {"providers": provider, "strict": strict} if backend == "onnx" else {}
+    options = {"providers": provider, "strict": strict, "precision": precision} if backend == "onnx" else {}
     engine = Engine.open(model_dir, backend=backend, **options)
     m = engine.artifact.manifest
     summary = {
@@ -57,6 +58,7 @@ def info(
         "defaults": m["defaults"],
         "backend": engine.backend.name,
         "providers": engine.backend.providers,
+        "precision": getattr(engine.backend, "precision", "fp32"),
         "onnx_exported": "onnx" in m,
     }
     if as_json:

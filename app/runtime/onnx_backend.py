@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 
 from converters.artifact import Artifact
-from converters.errors import OnnxModelError, ProviderUnavailableError
-from converters.onnx_export import DEFAULT_FORM, EXPORT_FORMAT, build_graphs
+from converters.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
+from converters.onnx_export import DEFAULT_FORM, EXPORT_FORMAT, PRECISIONS, build_fp16_graphs, build_graphs
 
 log = logging.getLogger("lnserve.runtime")
 
@@ -64,7 +64,13 @@ class OnnxBackend:
         strict: bool = False,
         threads: int | None = None,
         form: str | None = None,
+        precision: str = "fp32",
     ) -> None:
+        if precision not in PRECISIONS:
+            raise EncodeInputError(
+                f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
+            )
+        self.precision = precision
         self.requested = list(providers) if providers else default_providers()
         self.strict = strict
         if self.requested[0] in (CUDA, TENSORRT) and not cuda_device_present():
@@ -90,6 +96,9 @@ class OnnxBackend:
         log.warning("asked for %s, falling back (%s)", self.requested[0], ", ".join(got))
 
     def _graph_sources(self, artifact: Artifact, form: str | None) -> dict[str, bytes | str]:
+        if self.precision == "fp16":  # always built from the weights: the export is the fp32 profile
+            graphs = build_fp16_graphs(artifact, form=form or DEFAULT_FORM)
+            return {part: model.SerializeToString() for part, model in graphs.items()}
         exported = artifact.manifest.get("onnx")
         if exported and form in (None, exported.get("form")):
             if exported.get("export_format", 0) > EXPORT_FORMAT:

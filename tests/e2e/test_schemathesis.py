@@ -49,8 +49,8 @@ def _add_galleries(live: LiveServer) -> None:
     with httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {KEY}"}) as c:
         dim_image = c.get("/models").json()["models"][0]["dim_image"]
         for name, kind, item in (
-            ("demo-images", "images", {"image": [0.5] * dim_image}),
-            ("demo-captions", "captions", {"text": "a dog sitting on a table"}),
+            ("schema-images", "images", {"image": [0.5] * dim_image}),
+            ("schema-captions", "captions", {"text": "a red circle on the left"}),
         ):
             assert c.post("/galleries", json={"name": name, "kind": kind}).status_code == 201
             r = c.post(f"/galleries/{name}/items", json={"items": [{"id": "1", **item}]})

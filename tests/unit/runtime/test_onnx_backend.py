@@ -112,3 +112,28 @@ def test_cuda_provider_parity(exported: Path) -> None:
         gpu.encode_sentences(caps, pretokenized=True) - cpu.encode_sentences(caps, pretokenized=True)
     )
     assert diff.max() <= 1e-5
+
+
+@pytest.mark.parametrize("name", ("oe_order_lngru", "oe_order_rlngru", "skipthoughts_gru"))
+def test_fp16_profile_keeps_norm_statistics_in_fp32(name: str, artifacts: dict[str, Path]) -> None:
+    """fp16 is a separate profile (for GPUs): float32 I/O, norms with float32 statistics, small drift."""
+    from converters.artifact import read_artifact
+    from converters.onnx_export import build_fp16_graphs
+
+    for model in build_fp16_graphs(read_artifact(artifacts[name])).values():
+        assert model.graph.input[0].type.tensor_type.elem_type == 1  # float32 in
+        assert model.graph.output[0].type.tensor_type.elem_type == 1  # float32 out
+        nodes = list(model.graph.node) + [
+            sub for n in model.graph.node for a in n.attribute if a.g is not None for sub in a.g.node
+        ]
+        for node in nodes:
+            if node.op_type in ("LayerNormalization", "RMSNormalization"):
+                stash = [a.i for a in node.attribute if a.name == "stash_type"]
+                assert stash in ([], [1])  # default 1: statistics in float32
+    family = "order_embedding" if name.startswith("oe") else "skipthoughts"
+    sents = inputs()[family]["captions" if family == "order_embedding" else "sentences"]
+    fp32 = Engine.open(artifacts[name], backend="onnx").encode_sentences(sents, pretokenized=True)
+    fp16 = Engine.open(artifacts[name], backend="onnx", precision="fp16")
+    assert fp16.backend.precision == "fp16"
+    drift = float(np.abs(fp16.encode_sentences(sents, pretokenized=True) - fp32).max())
+    assert 0 < drift < 5e-3, drift
