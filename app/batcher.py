@@ -75,7 +75,7 @@ class _Job:
 class BatchLimits:
     max_batch_size: int = 64
     max_batch_tokens: int = 8192
-    max_wait_s: float = 0.002
+    max_wait_s: float = 0.0
     max_queue: int = 1024
     retry_after_s: int = 1
 
