@@ -118,18 +118,12 @@ async def http_load(
 def published_size_model(out: Path, *, n_in: int = 300, d: int = 1024, n_words: int = 5000) -> Path:
     """A random-weight LN-GRU order-embedding artifact at the published dims (300 -> 1024), so the model
     costs what a real one does; the demo model is so small that HTTP alone dominates."""
+    from benchmarks.encode_throughput import lngru_weights
     from converters.order_embedding import ConvertedOrderEmbedding, write_order_embedding
 
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(n_words - 2)]
-    cell = {
-        "weight_ih": rng.normal(0, 0.05, (3 * d, n_in)),
-        "bias_ih": rng.normal(0, 0.1, 3 * d),
-        "weight_hh": rng.normal(0, 1 / np.sqrt(d), (3 * d, d)),
-    }
-    for name, size in (("norm_ih_ru", 2 * d), ("norm_ih_c", d), ("norm_hh_ru", 2 * d), ("norm_hh_c", d)):
-        cell[f"{name}.weight"] = rng.uniform(0.5, 1.5, size)
-        cell[f"{name}.bias"] = rng.normal(0, 0.1, size)
+    cell = lngru_weights(n_in, d)
     tensors = {f"sentence.rnn.cell.{k}": v for k, v in cell.items()}
     tensors |= {
         "sentence.embedding.weight": rng.normal(0, 0.1, (n_words, n_in)),
