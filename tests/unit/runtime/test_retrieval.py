@@ -110,3 +110,56 @@ def test_compiled_kernel_matches_numpy() -> None:
             rtol=1e-5,
             atol=1e-6,
         )
+
+
+def _kernels() -> list:
+    kernels = [NUMPY, NumpyKernel(threads=1), NumpyKernel(threads=3)]
+    if shutil.which("cc") or shutil.which("gcc"):
+        kernels.append(CompiledKernel())
+    return kernels
+
+
+def _full_scan(queries: np.ndarray, items: np.ndarray, k: int, side: str) -> tuple[np.ndarray, np.ndarray]:
+    """Plain reference: the whole (Q, N) matrix in float32, stable sort."""
+    diff = (
+        queries[:, None, :] - items[None, :, :]
+        if side == "caption"
+        else items[None, :, :] - queries[:, None, :]
+    )
+    errs = (np.maximum(diff, 0) ** 2).sum(-1, dtype=np.float32)
+    order = np.argsort(errs, axis=1, kind="stable")[:, :k]
+    return order, np.take_along_axis(errs, order, 1)
+
+
+@pytest.mark.parametrize("side", ["caption", "image"])
+def test_kernels_match_a_full_scan_with_planted_ties(side: str) -> None:
+    rng = np.random.default_rng(4)
+    items = np.abs(rng.standard_normal((1000, 64))).astype(np.float32)
+    items /= np.linalg.norm(items, axis=1, keepdims=True)
+    items[500:520] = items[7]  # planted exact ties, spread over several blocks
+    items[900] = items[7]
+    queries = np.abs(rng.standard_normal((33, 64))).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    queries[5] = items[7]  # a query whose best items are all tied at zero
+    want_pos, want_scores = _full_scan(queries, items, 25, side)
+    for kernel in _kernels():
+        for nq in (1, 33):
+            got = top_k(queries[:nq], items, 25, metric="order_violation", query_side=side, kernel=kernel,
+                        block_rows=97)  # fmt: skip
+            for r in range(nq):
+                assert np.array_equal(got.positions[r], want_pos[r]), (kernel.name, r)
+                np.testing.assert_allclose(got.scores[r], want_scores[r], rtol=0, atol=1e-6)
+    assert _full_scan(queries[5:6], items, 25, side)[0][0][:3].tolist() == [7, 500, 501]
+
+
+@pytest.mark.parametrize("name", OE_MODELS)
+def test_kernels_match_golden_errors_exactly_ranked(name: str) -> None:
+    if _metric(name) != "order_violation":
+        pytest.skip("symmetric model: no order-violation kernel involved")
+    g = golden(name)
+    for kernel in _kernels():
+        got = top_k(g["sent_emb"], g["img_emb"], 10, metric="order_violation", kernel=kernel, block_rows=4)
+        for row, pos, scores in zip(g["errs"], got.positions, got.scores, strict=True):
+            want = np.argsort(row, kind="stable")[:10]
+            assert np.array_equal(pos, want), kernel.name
+            np.testing.assert_allclose(scores, row[want], atol=1e-5, rtol=0)
