@@ -23,13 +23,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from app.runtime import scoring
 from app.runtime.evaluation import rank_stats, t2i_ranks
 from app.training.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
 from converters.errors import EncodeInputError, UserInputError
 from models.cell_types import GRU_CELLS
 from models.encoders import OrderEmbedding, OrderEmbeddingConfig
 from models.init import RECURRENT_INITS, init_order_embedding
-from models.losses import DEFAULT_MARGINS, METHODS, clip_each_gradient, contrastive_loss, error_matrix
+from models.losses import DEFAULT_MARGINS, METHODS, clip_each_gradient, contrastive_loss
 from models.tokenize import coco_tokens
 
 EOS, UNK, FIRST_WORD = 0, 1, 2
@@ -254,7 +255,7 @@ class Trainer:
             return None
         n = min(VALID_IMAGES, self.dev.images.shape[0])
         s, v = self.embed(self.dev, n)
-        errs = error_matrix(torch.from_numpy(s), torch.from_numpy(v), self.cfg.method).numpy()
+        errs = scoring.error_matrix(s, v, self.cfg.method)  # chunked: (N, M, dim) would not fit at dim 1024
         return rank_stats(t2i_ranks(errs, self.dev.per_image)).as_dict()
 
     def _after_validation(self, stats: dict[str, float] | None) -> float | None:
