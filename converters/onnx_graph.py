@@ -24,6 +24,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from models.cell_types import CELL_TYPES
+from models.cell_types import NORM_EPS as EPS
+
 __all__ = [
     "CELL_TYPES",
     "GRAPH_FORMS",
@@ -32,10 +35,8 @@ __all__ = [
     "build_recurrent_encoder_graph",
 ]
 
-CELL_TYPES: tuple[str, ...] = ("gru", "lngru", "rlngru", "lstm", "lnlstm", "rlnlstm")
 GRAPH_FORMS: tuple[str, ...] = ("loop", "scan", "unrolled", "native")
 NORM_IMPLS: tuple[str, ...] = ("auto", "op", "manual", "meanshift")
-EPS: float = 1e-5
 
 _GRU_NORMS = ("norm_ih_ru", "norm_ih_c", "norm_hh_ru", "norm_hh_c")
 _LSTM_NORMS = ("norm_ih", "norm_hh", "norm_cell")
@@ -111,7 +112,7 @@ def _need(weights: Mapping[str, np.ndarray], name: str, shape: tuple[int, ...]) 
     arr = np.asarray(weights[name])
     if arr.shape != shape:
         raise ValueError(f"weight {name!r} has shape {arr.shape}, expected {shape}")
-    return arr.astype(np.float64)
+    return arr.astype(np.float32, copy=False)
 
 
 def _centre(w_t: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -120,8 +121,9 @@ def _centre(w_t: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.nd
     After centring, every row's projection has zero group mean, so LN(z; beta, gamma) == RMS(z; gamma) + beta
     exactly in real arithmetic.
     """
-    w_c = w_t - w_t.mean(axis=1, keepdims=True)
-    b_c = None if bias is None else bias - bias.mean()
+    w64 = w_t.astype(np.float64)  # centre in float64, round once when the initializer is written
+    w_c = w64 - w64.mean(axis=1, keepdims=True)
+    b_c = None if bias is None else bias.astype(np.float64) - bias.astype(np.float64).mean()
     return w_c, b_c
 
 

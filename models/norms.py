@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-EPS = 1e-5
+from models.cell_types import NORM_EPS as EPS
 
 
 class LegacyLayerNorm(nn.Module):
