@@ -52,7 +52,10 @@ def staging_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Write via a temporary file and a rename, so a manifest being rewritten is never seen half-written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def finish_manifest(tmp: Path, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -8,19 +8,17 @@ also get ``image``.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from converters.artifact import MANIFEST, Artifact, read_artifact
+from converters.artifact import MANIFEST, Artifact, read_artifact, write_json
 from converters.errors import OnnxModelError
-from converters.hashing import sha256_file
 from converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 
 EXPORT_FORMAT = 1  # bump when the graph I/O contract changes; the runtime refuses newer ones
@@ -104,21 +102,13 @@ def export_onnx(path: Path, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_F
     entries: dict[str, Any] = {}
     for part, model in graphs.items():
         rel = f"{ONNX_DIR}/{part}.onnx"
+        data = model.SerializeToString()
         tmp = out_dir / f".{part}.onnx.tmp"
-        tmp.write_bytes(model.SerializeToString())
+        tmp.write_bytes(data)
         os.replace(tmp, artifact.path / rel)
-        files[rel] = {
-            "sha256": sha256_file(artifact.path / rel),
-            "bytes": (artifact.path / rel).stat().st_size,
-        }
+        files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
         entries[part] = {"file": rel, **_io(model)}
     manifest["files"] = files
     manifest["onnx"] = {"export_format": EXPORT_FORMAT, "opset": opset, "form": form, "graphs": entries}
-    _write_manifest(artifact.path, manifest)
+    write_json(artifact.path / MANIFEST, manifest)
     return manifest
-
-
-def _write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
-    tmp = path / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path / MANIFEST)
