@@ -87,6 +87,11 @@ class Artifact:
         return str(self.manifest["family"])
 
     @property
+    def partial_rms(self) -> float:
+        """pRMSNorm fraction of a trained RMS model (``cell_options.partial_rms``); 1 = legacy RMSNorm."""
+        return float(self.manifest.get("cell_options", {}).get("partial_rms", 1.0))
+
+    @property
     def name(self) -> str:
         return str(self.manifest.get("name", self.path.name))
 

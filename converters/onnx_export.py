@@ -49,7 +49,7 @@ def recurrent_parts(artifact: Artifact) -> dict[str, tuple[str, dict[str, np.nda
 def build_graphs(
     artifact: Artifact, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_FORM
 ) -> dict[str, onnx.ModelProto]:
-    partial = artifact.manifest.get("cell_options", {}).get("partial_rms", 1.0)
+    partial = artifact.partial_rms
     if partial != 1.0:
         raise OnnxModelError(
             f"{artifact.path}: partial RMSNorm (p={partial}) is not in the ONNX graph builder; "

@@ -85,16 +85,13 @@ def read_order_embedding(prefix: Path, *, cell: str | None = None) -> ConvertedO
     return ConvertedOrderEmbedding(chosen, options, worddict, tensors, notes, sources)
 
 
-RANDOM_DEMO_DESCRIPTION = "DEMO model with random weights: vectors are meaningless"
-
-
 def write_order_embedding(
     model: ConvertedOrderEmbedding,
     out: Path,
     *,
     name: str,
     demo: bool = False,
-    description: str | None = None,
+    description: str = "",
     partial_rms: float = 1.0,
     extra: dict[str, Any] | None = None,
     overwrite: bool = False,
@@ -105,8 +102,6 @@ def write_order_embedding(
     ``extra`` adds top-level manifest sections (a trained model's ``training`` record).
     """
     opts = model.options
-    if description is None:
-        description = RANDOM_DEMO_DESCRIPTION if demo else ""
     manifest: dict[str, Any] = {
         "name": name,
         "family": "order-embedding",
@@ -131,8 +126,11 @@ def write_order_embedding(
         "defaults": {"eos": True, "normalize": True},
         "sources": model.sources,
         "notes": model.notes,
-        **(extra or {}),
     }
+    clash = set(extra or {}) & set(manifest)
+    if clash:
+        raise ValueError(f"extra manifest sections would replace {sorted(clash)}")
+    manifest.update(extra or {})
     if partial_rms != 1.0:
         manifest["cell_options"] = {"partial_rms": float(partial_rms)}
     with staging_dir(out, overwrite=overwrite) as tmp:

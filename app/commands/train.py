@@ -61,7 +61,7 @@ def _load_data(
 
 def _from_artifact(path: Path, cfg: Any, method: str | None) -> tuple[Any, dict[str, Any]]:
     """Recipe fields the artifact fixes (cell, dims, method, pRMS) and the Trainer's starting point."""
-    from app.runtime.torch_backend import build_module, partial_rms
+    from app.runtime.torch_backend import build_module
     from converters.artifact import read_artifact
 
     art = read_artifact(path)
@@ -79,7 +79,7 @@ def _from_artifact(path: Path, cfg: Any, method: str | None) -> tuple[Any, dict[
         dim=m["dims"]["dim"],
         dim_word=m["dims"]["dim_word"],
         method=own,
-        partial_rms=partial_rms(m),
+        partial_rms=art.partial_rms,
     )
     kwargs = {
         "worddict": art.read_json("vocab.json")["worddict"],

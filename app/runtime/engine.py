@@ -51,7 +51,7 @@ def needs_torch(artifact: Artifact) -> str | None:
     """Why only the torch backend can run this artifact, or None. The ONNX graph builder implements the
     legacy norms only, so a pRMSNorm model (``cell_options.partial_rms`` < 1, trained by lnserve) has no
     ONNX graph."""
-    p = artifact.manifest.get("cell_options", {}).get("partial_rms", 1.0)
+    p = artifact.partial_rms
     return f"partial RMSNorm (p={p}) has no ONNX graph" if p != 1.0 else None
 
 

@@ -10,11 +10,6 @@ from converters.errors import ManifestMismatchError
 from models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
 
 
-def partial_rms(manifest: dict) -> float:
-    """The pRMSNorm fraction a trained artifact records (``cell_options.partial_rms``); 1 = legacy RMSNorm."""
-    return float(manifest.get("cell_options", {}).get("partial_rms", 1.0))
-
-
 def build_module(artifact: Artifact) -> torch.nn.Module:
     """Instantiate the artifact's module from its manifest and load its weights strictly."""
     m = artifact.manifest
@@ -28,7 +23,7 @@ def build_module(artifact: Artifact) -> torch.nn.Module:
             dim=dims["dim"],
             dim_image=dims["dim_image"],
             use_abs=bool(m["options"]["abs"]),
-            partial_rms=partial_rms(m),
+            partial_rms=artifact.partial_rms,
         )
         module = OrderEmbedding(cfg)
     else:
