@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.galleries.store import KINDS, MAX_K, MAX_QUERIES
 
@@ -19,23 +19,6 @@ ItemId = Field(min_length=1, max_length=256, description="Unique within the gall
 ModelField = Field(
     None, description="Model name (see GET /models); must be the gallery's model. Default: the gallery's."
 )
-
-
-def _no_surrogates(value: Any) -> Any:
-    """Lone UTF-16 surrogates (legal in JSON escapes) cannot be stored or sent back as UTF-8: refuse them."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("strings must be valid Unicode (no lone surrogates)") from None
-    elif isinstance(value, list):
-        for v in value:
-            _no_surrogates(v)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _no_surrogates(k)
-            _no_surrogates(v)
-    return value
 
 
 # -- galleries -------------------------------------------------------------------------------------
@@ -92,11 +75,6 @@ class ItemIn(BaseModel):
     image: list[float] | None = Field(None, description="CNN features (dim_image), encoded server-side.")
     payload: Any = Field(None, description="Any JSON value, returned with hits (captions default: {text}).")
 
-    @field_validator("id", "payload")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        return _no_surrogates(value)
-
     @model_validator(mode="after")
     def _one_input(self) -> ItemIn:
         if (self.text is None) == (self.image is None):
@@ -145,11 +123,6 @@ class IdQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=256)
     gallery: str | None = Field(None, description="Gallery holding the item (same model required).")
-
-    @field_validator("id", "gallery")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        return _no_surrogates(value)
 
 
 Query = TextQuery | ImageQuery | IdQuery

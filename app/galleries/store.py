@@ -479,16 +479,27 @@ def _check_id(item_id: Any) -> str:
     s = str(item_id)
     if not 1 <= len(s) <= 256:
         raise GalleryInputError(f"item ids must be 1-256 characters, got {len(s)}")
+    _require_utf8(s, "item ids")
     return s
+
+
+def _require_utf8(text: str, what: str) -> None:
+    """Lone UTF-16 surrogates (legal in JSON escapes) cannot be stored or sent back: refuse them up front."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise GalleryInputError(f"{what} must be valid Unicode (no lone surrogates)") from None
 
 
 def _dump_payload(payload: Any) -> str | None:
     if payload is None:
         return None
     try:
-        return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise GalleryInputError(f"payload is not JSON-serialisable ({exc})") from None
+    _require_utf8(text, "payloads")
+    return text
 
 
 def _load_payload(text: str | None) -> Any:

@@ -190,6 +190,18 @@ def test_bad_inputs(client: httpx.Client) -> None:
     _error(
         client.post("/galleries/bad/items", json={"items": [{**image, "id": "img0"}]}), 409, "duplicate_item"
     )
+    for item in (
+        '{"text": "a dog \\ud800"}',
+        '{"id": "\\ud800", "text": "a dog"}',
+        '{"text": "a", "payload": "\\udfff"}',
+    ):
+        body = f'{{"items": [{item}]}}'  # a lone surrogate, escaped as JSON allows: refused before any write
+        r = client.post(
+            "/galleries/bad-caps/items", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == 422, r.text  # pydantic refuses some fields itself (invalid_request)
+        assert r.json()["error"]["code"] in ("invalid_input", "invalid_request")
+    assert client.get("/galleries/bad-caps").json()["count"] == 0
     _error(client.delete("/galleries/bad/items/none"), 404, "item_not_found")
     _error(client.post("/retrieve", json={"gallery": "bad", "query": {"id": "none"}}), 404, "item_not_found")
     _error(
