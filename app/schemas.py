@@ -133,6 +133,7 @@ class ModelInfo(BaseModel):
     demo: bool
     backend: str
     providers: list[str] = Field(description="Execution providers actually in use.")
+    precision: Literal["fp32", "fp16"] = Field("fp32", description="onnx backend precision profile.")
 
 
 class ModelList(BaseModel):

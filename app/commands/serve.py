@@ -57,7 +57,7 @@ def serve(
         port=settings.port,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=settings.drain_timeout_s or None,
+        timeout_graceful_shutdown=settings.drain_timeout_s,
         server_header=False,
     )
 
