@@ -331,7 +331,7 @@ class GalleryStore:
                 metric=info.metric,
                 query_side=side,
                 valid=snap.valid,
-                kernel=get_kernel(self.scorer),
+                kernel=get_kernel(self.scorer) if info.metric == "order_violation" else None,
             )
             hits = self._resolve(name, found.positions, found.scores)
         return {"gallery": name, "score": score_info(info.metric), "results": hits}

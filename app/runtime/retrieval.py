@@ -40,6 +40,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from app.runtime.scoring import negative_cosine
+
 log = logging.getLogger("lnserve.retrieval")
 
 Metric = Literal["order_violation", "negative_cosine", "cosine"]
@@ -206,13 +208,19 @@ def get_kernel(name: str | None = None) -> Kernel:
 
 # -- scoring and top-k ------------------------------------------------------------------------------------
 def score_block(
-    queries: np.ndarray, items: np.ndarray, metric: str, *, query_side: Side = "caption", kernel: Kernel
+    queries: np.ndarray,
+    items: np.ndarray,
+    metric: str,
+    *,
+    query_side: Side = "caption",
+    kernel: Kernel | None = None,
 ) -> np.ndarray:
-    """Scores (Q, n) of every query against every item, in the metric's own units."""
+    """Scores (Q, n) of every query against every item, in the metric's own units. The order-violation
+    kernel is looked up only when needed: cosine galleries must never wait for it to compile."""
     if metric == "order_violation":
-        return kernel.order_violation(queries, items, query_side)
+        return (kernel or get_kernel()).order_violation(queries, items, query_side)
     if metric == "negative_cosine":
-        return -(queries @ np.asarray(items).T)
+        return negative_cosine(queries, items)
     if metric == "cosine":
         items = np.asarray(items)
         norms = np.sqrt(np.einsum("ij,ij->i", items, items))
@@ -262,7 +270,8 @@ def top_k(
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
     q = np.ascontiguousarray(queries, dtype=np.float32)
     n_items, dim = items.shape
-    kernel = kernel or get_kernel()
+    if metric == "order_violation":
+        kernel = kernel or get_kernel()
     rows = block_rows or max(256, _BLOCK_FLOATS // max(dim, 1))  # memory: the block plus Q x rows scores
     sign = np.float32(-1.0 if METRICS[metric]["direction"] == "higher_is_better" else 1.0)
     best_keys = np.full((q.shape[0], 0), np.inf, dtype=np.float32)
