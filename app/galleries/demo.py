@@ -28,12 +28,12 @@ def install_demo_gallery(store: GalleryStore, *, engine: Any = None) -> GalleryI
     Returns:
         The gallery's info. A gallery of that name made by a model other than the demo is left alone.
     """
-    from app.runtime.engine import Engine
+    from app.runtime.engine import DEFAULT_BACKEND, Engine, open_backend
     from app.training.demo import DEMO_NAME, demo_gallery_data, ensure_demo_artifact
+    from converters.artifact import read_artifact
 
-    if engine is None:
-        engine = Engine.open(ensure_demo_artifact())
-    ref = ModelRef.from_artifact(engine.artifact)
+    artifact = engine.artifact if engine is not None else read_artifact(ensure_demo_artifact())
+    ref = ModelRef.from_artifact(artifact)
     feats, ids, payloads = demo_gallery_data()
     info = None
     with contextlib.suppress(GalleryNotFoundError):
@@ -45,6 +45,8 @@ def install_demo_gallery(store: GalleryStore, *, engine: Any = None) -> GalleryI
             log.warning("gallery %s belongs to model %s: not replacing it", DEMO_GALLERY, info.model)
             return info
         store.remove(DEMO_GALLERY)  # built by an older demo model, or left half-built
+    if engine is None:  # only now: an up-to-date gallery (every start but the first) needs no engine
+        engine = Engine(artifact, open_backend(artifact, DEFAULT_BACKEND))
     store.create(DEMO_GALLERY, kind="images", model=ref)
     store.add_items(DEMO_GALLERY, engine.encode_images(feats), ids=ids, payloads=payloads)
     return store.get(DEMO_GALLERY)
