@@ -238,9 +238,12 @@ class ModelRegistry:
 
     async def _load_one(self, entry: ModelEntry) -> None:
         s = self.settings
-        options: dict[str, Any] = {"threads": s.threads}
-        if s.backend == "onnx":
-            options.update(providers=s.providers or None, strict=s.strict_provider, precision=s.precision)
+        options = {
+            "threads": s.threads,
+            "providers": s.providers or None,
+            "strict": s.strict_provider,
+            "precision": s.precision,
+        }
         engine: Engine = await entry.batcher.run_exclusive(
             lambda: Engine.open(entry.path, backend=s.backend, **options)
         )

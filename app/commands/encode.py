@@ -84,9 +84,7 @@ def encode(
     # read and check the inputs first: bad input fails before a model is loaded
     sentences = _read_lines(input) if input is not None else None
     features = _load_matrix(images, "image features") if images is not None else None
-    engine = Engine.open(
-        model_dir, backend=backend, **({"precision": precision} if backend == "onnx" else {})
-    )
+    engine = Engine.open(model_dir, backend=backend, precision=precision)
     if sentences is not None:
         vectors = engine.encode_sentences(
             sentences, pretokenized=pretokenized, eos=eos, normalize=not no_normalize, batch_size=batch_size

@@ -45,8 +45,7 @@ def info(
     """Describe a model and the execution provider(s) its sessions actually got."""
     from app.runtime.engine import Engine
 
-    options = {"providers": provider, "strict": strict, "precision": precision} if backend == "onnx" else {}
-    engine = Engine.open(model_dir, backend=backend, **options)
+    engine = Engine.open(model_dir, backend=backend, providers=provider, strict=strict, precision=precision)
     m = engine.artifact.manifest
     summary = {
         "name": engine.artifact.name,

@@ -56,18 +56,19 @@ def needs_torch(artifact: Artifact) -> str | None:
 
 
 def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
-    """The named backend. ``onnx`` on an artifact only torch can run falls back to ``torch`` with a warning
-    (the service keeps its one backend setting), unless ``strict=True``, which refuses instead."""
+    """The named backend. Callers pass every option; the torch backend takes only ``threads`` (providers,
+    strict and precision are onnxruntime's). ``onnx`` on an artifact only torch can run falls back to
+    ``torch`` with a warning (the service keeps its one backend setting), unless ``strict=True``."""
     reason = needs_torch(artifact)
     if backend == "onnx" and reason:
         if options.get("strict"):
             raise ProviderUnavailableError(f"{artifact.path}: strict mode: {reason}; use --backend torch")
         log.warning("%s: %s; falling back to the torch backend", artifact.name, reason)
-        backend, options = "torch", {k: v for k, v in options.items() if k == "threads"}
+        backend = "torch"
     if backend == "torch":
         from app.runtime.torch_backend import TorchBackend
 
-        return TorchBackend(artifact, **options)
+        return TorchBackend(artifact, threads=options.get("threads"))
     if backend == "onnx":
         from app.runtime.onnx_backend import OnnxBackend
 
