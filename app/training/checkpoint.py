@@ -27,7 +27,10 @@ def checkpoint_dir(out: Path) -> Path:
 def save_checkpoint(directory: Path, payload: dict[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path, tmp = directory / CHECKPOINT, directory / f".{CHECKPOINT}.tmp"
-    torch.save({"format": CHECKPOINT_FORMAT, **payload}, tmp)
+    with tmp.open("wb") as f:  # fsync before the rename: a crash must leave the old or the new checkpoint
+        torch.save({"format": CHECKPOINT_FORMAT, **payload}, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
 

@@ -13,6 +13,7 @@ seen and ends with the same weights as an uninterrupted one.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ import torch
 
 from app.runtime import scoring
 from app.runtime.evaluation import rank_stats, t2i_ranks
+from app.runtime.text import OrderVocabulary
 from app.training.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
 from converters.errors import EncodeInputError, UserInputError
 from models.cell_types import GRU_CELLS
@@ -33,7 +35,7 @@ from models.init import RECURRENT_INITS, init_order_embedding
 from models.losses import DEFAULT_MARGINS, METHODS, clip_each_gradient, contrastive_loss
 from models.tokenize import coco_tokens
 
-EOS, UNK, FIRST_WORD = 0, 1, 2
+FIRST_WORD = 2  # after <eos> (0) and UNK (1)
 VALID_IMAGES = 1000  # the original validated on dev fold 0: 1,000 images
 
 
@@ -100,9 +102,11 @@ class PairData:
             )
         self.per_image = len(self.captions) // n_img
 
+    @functools.cached_property
     def digest(self) -> str:
+        """Identifies the data a checkpoint was trained on; computed once (checkpoints are frequent)."""
         h = hashlib.sha256("\n".join(self.captions).encode("utf-8"))
-        h.update(np.ascontiguousarray(self.images, dtype=np.float32).tobytes())
+        h.update(memoryview(np.ascontiguousarray(self.images, dtype=np.float32)).cast("B"))
         return h.hexdigest()
 
 
@@ -118,12 +122,9 @@ def build_vocab(caption_sets: Sequence[Sequence[str]]) -> dict[str, int]:
 
 
 def caption_ids(captions: Sequence[str], worddict: dict[str, int], n_words: int) -> list[list[int]]:
-    """Token ids with <eos> appended, as the encoder sees them (unknown or out-of-range words -> UNK)."""
-    out = []
-    for c in captions:
-        ids = [worddict.get(w, UNK) for w in coco_tokens(c)]
-        out.append([i if i < n_words else UNK for i in ids] + [EOS])
-    return out
+    """Token ids with <eos> appended, looked up exactly as the runtime does when it serves the model."""
+    vocab = OrderVocabulary(worddict, n_words)
+    return [vocab.ids(coco_tokens(c), eos=True) for c in captions]
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,7 +321,7 @@ class Trainer:
             "config": asdict(self.cfg),
             "model_config": asdict(self.model_cfg),
             "worddict": dict(self.worddict),
-            "train_digest": self.train_data.digest(),
+            "train_digest": self.train_data.digest,
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "epoch": self.epoch,
@@ -343,7 +344,7 @@ class Trainer:
                 "--resume: the checkpoint was written with another recipe; only --epochs may change "
                 f"(checkpoint: {payload['config']})"
             )
-        if payload["train_digest"] != self.train_data.digest() or payload["worddict"] != self.worddict:
+        if payload["train_digest"] != self.train_data.digest or payload["worddict"] != self.worddict:
             raise UserInputError("--resume: the training data or vocabulary differ from the checkpoint's")
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
@@ -423,7 +424,7 @@ def write_trained(
         "steps": result.step,
         "best_step": result.best_step,
         "dev_t2i": result.best_dev,
-        "train_digest": trainer.train_data.digest(),
+        "train_digest": trainer.train_data.digest,
         **(training or {}),
     }
     notes = [f"trained by lnserve ({result.step} updates, best dev step {result.best_step})"]
