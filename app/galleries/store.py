@@ -45,6 +45,8 @@ from app.galleries.errors import (
     ItemNotFoundError,
 )
 from app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
+from converters.artifact import MANIFEST
+from converters.hashing import sha256_file
 
 KINDS = ("images", "captions")
 MAX_K = 1000
@@ -72,13 +74,11 @@ class ModelRef:
 
     @classmethod
     def from_artifact(cls, artifact: Any) -> ModelRef:
-        import hashlib
-
         m = artifact.manifest
         method = "cosine" if artifact.family == "skip-thoughts" else m["options"]["method"]
         return cls(
             name=artifact.name,
-            sha256=hashlib.sha256((artifact.path / "manifest.json").read_bytes()).hexdigest(),
+            sha256=sha256_file(artifact.path / MANIFEST),
             family=artifact.family,
             method=method,
             dim=int(m["dims"]["output_dim"]),
@@ -441,7 +441,7 @@ def _init_db(path: Path, info: GalleryInfo) -> None:
 
 def _read_info(db: sqlite3.Connection) -> GalleryInfo:
     meta = json.loads(db.execute("SELECT value FROM meta WHERE key = 'info'").fetchone()[0])
-    meta["count"] = db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+    meta["count"] = _counter(db, "n_rows") - _counter(db, "n_deleted")  # kept in step by every write
     return GalleryInfo(**meta)
 
 

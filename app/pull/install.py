@@ -245,7 +245,7 @@ def _record_pull(
     """Add a ``pull`` section to the manifest. manifest.json is not among the hashed ``files``, so the
     artifact still validates; it is checked here, before the staging directory is renamed into place."""
     mpath = artifact_dir / MANIFEST
-    manifest = read_artifact(artifact_dir).manifest
+    manifest = read_artifact(artifact_dir).manifest  # the one check of the staged artifact
     manifest["pull"] = {
         "catalog_entry": entry.name,
         "origin": entry.origin,
@@ -253,8 +253,8 @@ def _record_pull(
         "from_dir": str(from_dir.resolve()) if from_dir is not None else None,
         "files": records,
     }
-    write_json(mpath, manifest)
-    return read_artifact(artifact_dir).manifest
+    write_json(mpath, manifest)  # manifest.json is not among the hashed files: nothing to re-check
+    return manifest
 
 
 def _rmdir_if_empty(path: Path) -> None:
