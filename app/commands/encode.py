@@ -2,58 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 
+from app.commands.common import BackendOpt, load_matrix, read_lines, save_npy
 from app.runtime.engine import DEFAULT_BACKEND
 from converters.errors import EncodeInputError, UserInputError
-
-BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
-
-
-def _read_lines(path: Path) -> list[str]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise EncodeInputError(f"{path}: cannot read input ({exc.strerror})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise EncodeInputError(f"{path}: not valid UTF-8 (byte {exc.start})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if not lines:
-        raise EncodeInputError(f"{path}: input file is empty (expected one sentence per line)")
-    return [line.removesuffix("\r") for line in lines]
-
-
-def _load_matrix(path: Path, what: str) -> np.ndarray:
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise EncodeInputError(f"{path}: cannot read {what} as a .npy array ({exc})") from None
-    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
-        raise EncodeInputError(f"{path}: {what} must be a 2-d float array, got {arr.dtype} {arr.shape}")
-    return arr.astype(np.float32, copy=False)
-
-
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    """Write atomically: a failure never leaves a partial output file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(arr, dtype=np.float32))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def encode(
@@ -82,8 +38,8 @@ def encode(
     if (input is None) == (images is None):
         raise UserInputError("give exactly one of --input and --images")
     # read and check the inputs first: bad input fails before a model is loaded
-    sentences = _read_lines(input) if input is not None else None
-    features = _load_matrix(images, "image features") if images is not None else None
+    sentences = read_lines(input) if input is not None else None
+    features = load_matrix(images, "image features") if images is not None else None
     engine = Engine.open(model_dir, backend=backend, precision=precision)
     if sentences is not None:
         vectors = engine.encode_sentences(
@@ -92,7 +48,7 @@ def encode(
     else:
         assert features is not None
         vectors = engine.encode_images(features)
-    _save_npy(output, vectors)
+    save_npy(output, vectors)
     typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 vectors to {output}")
 
 
@@ -109,12 +65,12 @@ def score(
     artifact = read_artifact(model_dir)
     if artifact.family != "order-embedding":
         raise UserInputError("score needs an order-embedding model")
-    s, v = _load_matrix(sentences, "sentence vectors"), _load_matrix(images, "image vectors")
+    s, v = load_matrix(sentences, "sentence vectors"), load_matrix(images, "image vectors")
     dim = artifact.manifest["dims"]["dim"]
     if s.shape[1] != dim or v.shape[1] != dim:
         raise EncodeInputError(f"vectors must have {dim} columns, got {s.shape} and {v.shape}")
     errs = error_matrix(s, v, artifact.manifest["options"]["method"])
-    _save_npy(output, errs)
+    save_npy(output, errs)
     typer.echo(f"wrote {errs.shape[0]} x {errs.shape[1]} error matrix to {output}")
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.commands.encode import BackendOpt, _load_matrix, _read_lines
+from app.commands.common import BackendOpt, load_matrix, read_lines
 from app.runtime.engine import DEFAULT_BACKEND
 from converters.errors import EncodeInputError, UserInputError
 
@@ -29,11 +29,11 @@ def evaluate(
     from app.runtime.evaluation import i2t, mean_stats, plan_folds, t2i
     from app.runtime.retrieval import metric_for, score_info
 
-    engine = Engine.open(model, backend=backend)
+    texts = read_lines(captions)
+    feats = load_matrix(images, "image features")
+    engine = Engine.open(model, backend=backend)  # after the inputs: bad input fails before a model loads
     if engine.family != "order-embedding":
         raise UserInputError("eval needs an order-embedding model (caption <-> image retrieval)")
-    texts = _read_lines(captions)
-    feats = _load_matrix(images, "image features")
     if len(texts) != CPI * feats.shape[0]:
         raise EncodeInputError(
             f"{len(texts)} captions for {feats.shape[0]} images: need exactly {CPI} captions per image, "

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from app.commands.encode import BackendOpt, _read_lines
+from app.commands.common import BackendOpt, load_matrix, read_lines
 from app.runtime.engine import DEFAULT_BACKEND
 from converters.errors import EncodeInputError, UserInputError
 
@@ -33,7 +33,7 @@ def _store(root: Path | None):  # type: ignore[no-untyped-def]
 
 def _read_payloads(path: Path, expected: int) -> list[Any]:
     """One JSON value per line; the count must match the items."""
-    lines = _read_lines(path)
+    lines = read_lines(path)
     if len(lines) != expected:
         raise EncodeInputError(f"{path}: {len(lines)} payload lines for {expected} items")
     out = []
@@ -43,16 +43,6 @@ def _read_payloads(path: Path, expected: int) -> list[Any]:
         except ValueError as exc:
             raise EncodeInputError(f"{path}:{n}: not valid JSON ({exc})") from None
     return out
-
-
-def _load_features(path: Path) -> np.ndarray:
-    try:
-        feats = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise EncodeInputError(f"{path}: cannot read image features as a .npy array ({exc})") from None
-    if feats.ndim != 2 or not np.issubdtype(feats.dtype, np.floating):
-        raise EncodeInputError(f"{path}: image features must be a 2-d float array, got {feats.shape}")
-    return feats
 
 
 @gallery_app.command("build")
@@ -80,12 +70,12 @@ def build(
 
     if (captions is None) == (images is None):
         raise UserInputError("give exactly one of --captions and --images")
-    engine = Engine.open(model, backend=backend)
-    ref = ModelRef.from_artifact(engine.artifact)
-    texts = _read_lines(captions) if captions is not None else None
-    feats = _load_features(images) if images is not None else None
+    texts = read_lines(captions) if captions is not None else None
+    feats = load_matrix(images, "image features", mmap=True) if images is not None else None
     n = len(texts) if texts is not None else len(feats)  # type: ignore[arg-type]
     extra = _read_payloads(payloads, n) if payloads is not None else None
+    engine = Engine.open(model, backend=backend)  # after the inputs: bad input fails before a model loads
+    ref = ModelRef.from_artifact(engine.artifact)
     store = _store(galleries_dir)
     kind = "captions" if texts is not None else "images"
     info = store.create(name, kind=kind, model=ref, exist_ok=append)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.commands.encode import _load_matrix, _read_lines
+from app.commands.common import load_matrix, read_lines
 from converters.errors import UserInputError
 
 train_app = typer.Typer(help="Train or fine-tune encoders; generate the demo world.", no_args_is_help=True)
@@ -24,7 +24,7 @@ DEMO_DESCRIPTION = (
 def _pairs(captions: Path, images: Path) -> Any:
     from app.training.trainer import PairData
 
-    return PairData(_read_lines(captions), _load_matrix(images, "image features"))
+    return PairData(read_lines(captions), load_matrix(images, "image features"))
 
 
 def _load_data(
