@@ -50,6 +50,12 @@ class TooManySentencesError(UserInputError):
 
     code = "too_many_sentences"
 
+    @classmethod
+    def check(cls, n: int, limit: int, what: str = "items") -> None:
+        """The one place the per-request count limit is enforced (encode, galleries, retrieve)."""
+        if n > limit:
+            raise cls(f"{n} {what} in one request; the limit is {limit} (max_sentences)")
+
 
 class SentenceTooLongError(UserInputError):
     """A sentence has more tokens than ``max_tokens`` and the request did not ask to truncate."""

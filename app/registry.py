@@ -86,10 +86,7 @@ class ModelEntry:
 
     # -- requests -----------------------------------------------------------------------------------
     def check_count(self, n: int) -> None:
-        if n > self.settings.max_sentences:
-            raise TooManySentencesError(
-                f"{n} items in one request; the limit is {self.settings.max_sentences} (max_sentences)"
-            )
+        TooManySentencesError.check(n, self.settings.max_sentences)
 
     def prepare(
         self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None, truncate: bool

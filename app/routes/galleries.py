@@ -59,10 +59,7 @@ async def add_items(
     settings: SettingsDep,
 ) -> ItemsAdded:
     """Encode items with the gallery's model and add them atomically (all or none); returns their ids."""
-    if len(body.items) > settings.max_sentences:
-        raise TooManySentencesError(
-            f"{len(body.items)} items in one request; the limit is {settings.max_sentences} (max_sentences)"
-        )
+    TooManySentencesError.check(len(body.items), settings.max_sentences)
     info = await run_in_threadpool(store.get, name)
     wanted = "text" if info.kind == "captions" else "image"
     wrong = next((i for i, it in enumerate(body.items) if getattr(it, wanted) is None), None)

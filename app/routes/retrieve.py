@@ -36,10 +36,7 @@ async def retrieve(
 ) -> JSONResponse:
     """Best-first ``{id, score, payload}`` per query; ``score`` says which direction is better."""
     queries = body.query_list()
-    if len(queries) > settings.max_sentences:
-        raise TooManySentencesError(
-            f"{len(queries)} queries in one request; the limit is {settings.max_sentences} (max_sentences)"
-        )
+    TooManySentencesError.check(len(queries), settings.max_sentences, "queries")
     info = await run_in_threadpool(store.get, body.gallery)
     if info.kind == "images" and any(isinstance(q, ImageQuery) for q in queries):  # before encoding them
         raise GalleryMismatchError(
