@@ -27,6 +27,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from app.runtime.onnx_backend import session_options
+from benchmarks.encode_throughput import lngru_weights
 from converters.onnx_graph import build_recurrent_encoder_graph
 
 N_IN, D, T = 300, 1024, 13
@@ -46,28 +48,10 @@ FORMS: dict[str, dict[str, object]] = {
 }
 
 
-def lngru_weights(seed: int = 0) -> dict[str, np.ndarray]:
-    """Random OE-sized LN-GRU weights (values do not affect speed; finite, non-trivial norms)."""
-    rng = np.random.default_rng(seed)
-    w = {
-        "weight_ih": rng.normal(0, 0.05, (3 * D, N_IN)),
-        "bias_ih": rng.normal(0, 0.1, (3 * D,)),
-        "weight_hh": rng.normal(0, 0.03, (3 * D, D)),
-    }
-    for name, size in (("norm_ih_ru", 2 * D), ("norm_ih_c", D), ("norm_hh_ru", 2 * D), ("norm_hh_c", D)):
-        w[f"{name}.weight"] = rng.uniform(0.5, 1.5, size)
-        w[f"{name}.bias"] = rng.normal(0, 0.1, size)
-    return {k: v.astype(np.float32) for k, v in w.items()}
-
-
 def session(model: onnx.ModelProto, *, spinning: bool, threads: int = 2) -> ort.InferenceSession:
-    """CPU session as lnserve would create it: fixed intra-op threads, full graph optimisation, DAZ on."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    """A CPU session exactly as lnserve creates one (``session_options``), only spinning switched."""
+    so = session_options(threads)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    so.add_session_config_entry("session.set_denormal_as_zero", "1")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert sess.get_providers()[0] == "CPUExecutionProvider"
     return sess
@@ -154,7 +138,7 @@ def main() -> None:
     bw_bound = bw / (T * RECURRENT_BYTES)
     print(f"copy bandwidth {bw / 1e9:.1f} GB/s -> batch-1 weight-streaming bound {bw_bound:.0f} sent/s "
           "(an upper bound only if the 12.6 MB weight does not stay in cache)")
-    weights = lngru_weights()
+    weights = lngru_weights(N_IN, D)
     rng = np.random.default_rng(1)
     inputs = {b: {"x": rng.normal(size=(T, b, N_IN)).astype(np.float32),
                   "lengths": np.full((b,), T, np.int64)} for b in batches}
