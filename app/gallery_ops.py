@@ -84,7 +84,11 @@ async def encode_inputs(
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Captions and image features through the batcher with the model's defaults (as galleries are built);
     cancelled if the client goes away. Either list may be empty (its result is then None)."""
-    seqs = entry.prepare(texts, pretokenized=pretokenized, eos=None, truncate=truncate)[0] if texts else []
+    seqs = (
+        (await entry.prepare_async(texts, pretokenized=pretokenized, eos=None, truncate=truncate))[0]
+        if texts
+        else []
+    )
 
     async def both() -> tuple[np.ndarray | None, np.ndarray | None]:
         text_job = entry.encode_ids(seqs, normalize=None) if texts else None

@@ -25,6 +25,7 @@ from converters.artifact import MANIFEST
 from converters.errors import ArtifactError, EncodeInputError, UserInputError
 
 log = logging.getLogger("lnserve.registry")
+INLINE_TOKENIZE_CHARS = 64 * 1024  # larger request texts are tokenised off the event loop
 
 State = Literal["pending", "loading", "ready", "failed"]
 WARMUP_SENTENCE = "a dog sitting on a table"
@@ -91,7 +92,7 @@ class ModelEntry:
     def prepare(
         self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None, truncate: bool
     ) -> tuple[list[list[int]], bool]:
-        """Token ids within the limits, and the eos actually used. Cheap: runs on the event loop."""
+        """Token ids within the limits, and the eos actually used (synchronous: see ``prepare_async``)."""
         engine = self._engine()
         self.check_count(len(sentences))
         use_eos = engine.defaults["eos"] if eos is None else eos
@@ -107,6 +108,17 @@ class ModelEntry:
                 )
             seqs[i] = seq[: limit - 1] + seq[-1:] if use_eos else seq[:limit]  # keep eos last
         return seqs, use_eos
+
+    async def prepare_async(
+        self, sentences: list[str], *, pretokenized: bool, eos: bool | None, truncate: bool
+    ) -> tuple[list[list[int]], bool]:
+        """``prepare`` for a request: small bodies on the event loop (a thread hop costs more than they
+        do), large ones in a thread so tokenising megabytes of text never stalls other requests."""
+        if sum(map(len, sentences)) <= INLINE_TOKENIZE_CHARS:
+            return self.prepare(sentences, pretokenized=pretokenized, eos=eos, truncate=truncate)
+        return await asyncio.to_thread(
+            self.prepare, sentences, pretokenized=pretokenized, eos=eos, truncate=truncate
+        )
 
     async def encode_ids(self, seqs: list[list[int]], *, normalize: bool | None) -> np.ndarray:
         norm = self._engine().defaults["normalize"] if normalize is None else normalize

@@ -29,7 +29,7 @@ async def embeddings(body: EmbeddingsRequest, request: Request, registry: Regist
         raise EncodeInputError(
             f"dimensions={body.dimensions} is not supported: model {entry.name!r} gives {dim}"
         )
-    seqs, _ = entry.prepare(texts, pretokenized=False, eos=None, truncate=False)
+    seqs, _ = await entry.prepare_async(texts, pretokenized=False, eos=None, truncate=False)
     vectors = await cancel_on_disconnect(request, entry.encode_ids(seqs, normalize=None))
     encoded = encode_vectors(vectors, body.encoding_format)
     tokens = sum(len(s) for s in seqs)

@@ -21,7 +21,7 @@ router = APIRouter(tags=["encode"])
 async def encode(body: EncodeRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
     """Encode sentences into vectors (micro-batched with concurrent requests)."""
     entry = registry.get(body.model)
-    seqs, _ = entry.prepare(
+    seqs, _ = await entry.prepare_async(
         body.sentences, pretokenized=body.pretokenized, eos=body.eos, truncate=body.truncate
     )
     vectors = await cancel_on_disconnect(request, entry.encode_ids(seqs, normalize=body.normalize))
