@@ -29,6 +29,11 @@ MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
 VOCAB = "vocab.json"
 FAMILIES = ("order-embedding", "skip-thoughts")
+# skip-thoughts half -> {legacy parameter prefix: module}; bi-skip's backward direction is ``encoder_r``
+SKIP_PART_MODULES: dict[str, dict[str, str]] = {
+    "uni": {"encoder": "uni"},
+    "bi": {"encoder": "bi_fwd", "encoder_r": "bi_bwd"},
+}
 _HASH_ON_LOAD_LIMIT = 256 << 20  # files larger than this (word tables) are checked by size, not hash
 
 
@@ -162,7 +167,7 @@ def _shapes_from_manifest(manifest: Mapping[str, Any]) -> tuple[dict[str, _Shape
         return weights, {}
     weights, tables = dict[str, _Shape](), dict[str, _Shape]()
     for part, info in manifest["parts"].items():
-        for module in ("uni",) if part == "uni" else ("bi_fwd", "bi_bwd"):
+        for module in SKIP_PART_MODULES[part].values():
             weights[f"{module}.cell.weight_ih"] = (None, dims["dim_word"])
             weights[f"{module}.cell.weight_hh"] = (None, info["dim"])
         tables[info["table"]] = (dims["n_table_rows"], dims["dim_word"])

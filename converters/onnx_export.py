@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from converters.artifact import MANIFEST, Artifact, read_artifact, write_json
+from converters.artifact import MANIFEST, SKIP_PART_MODULES, Artifact, read_artifact, write_json
 from converters.errors import OnnxModelError
 from converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 
@@ -38,7 +38,7 @@ def recurrent_parts(artifact: Artifact) -> dict[str, tuple[str, dict[str, np.nda
     else:
         prefixes = {}
         for kind, info in m["parts"].items():
-            for part in ("uni",) if kind == "uni" else ("bi_fwd", "bi_bwd"):
+            for part in SKIP_PART_MODULES[kind].values():
                 prefixes[part] = (f"{part}.cell.", info["cell"])
     return {
         part: (cell, {k.removeprefix(pre): v for k, v in tensors.items() if k.startswith(pre)})

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from converters import CONVERTER_VERSION
-from converters.artifact import finish_manifest, save_weights, staging_dir, write_json
+from converters.artifact import SKIP_PART_MODULES, finish_manifest, save_weights, staging_dir, write_json
 from converters.detect import detect_cell
 from converters.errors import CorruptFileError, TableMismatchError, UserInputError
 from converters.hashing import sha256_file
@@ -51,7 +51,7 @@ def read_skip_half(npz_path: Path, kind: str, *, cell: str | None = None) -> Ski
         raise CorruptFileError(f"{pkl_path}: expected an options dict with dim, dim_word and encoder")
     params = read_npz(npz_path)
     dim, dim_word = int(options["dim"]), int(options["dim_word"])
-    prefixes = ["encoder"] if kind == "uni" else ["encoder", "encoder_r"]
+    prefixes = list(SKIP_PART_MODULES[kind])
     chosen, note = detect_cell(str(options["encoder"]), params.keys(), prefix="encoder", override=cell)
     notes = [note] if note else []
     expected: dict[str, tuple[int, ...]] = {}
@@ -64,9 +64,8 @@ def read_skip_half(npz_path: Path, kind: str, *, cell: str | None = None) -> Ski
         log.info("%s: not used for encoding: %s", npz_path.name, ", ".join(standard))
     if unusual := [k for k in extras if k not in STANDARD_UNUSED]:
         notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(unusual)}")
-    modules = {"uni": {"encoder": "uni"}, "bi": {"encoder": "bi_fwd", "encoder_r": "bi_bwd"}}[kind]
     tensors: dict[str, np.ndarray] = {}
-    for prefix, module in modules.items():
+    for prefix, module in SKIP_PART_MODULES[kind].items():
         for k, v in cell_state_dict(params, prefix, chosen).items():
             tensors[f"{module}.cell.{k}"] = v
     for n in notes:
