@@ -14,7 +14,8 @@ RUN apt-get update \
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
+COPY lnserve ./lnserve
 COPY models ./models
 COPY converters ./converters
 COPY app ./app

@@ -37,8 +37,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from app.batcher import QueueFullError, ShuttingDownError
-from converters.errors import LnserveError, UserInputError
+from lnserve.app.batcher import QueueFullError, ShuttingDownError
+from lnserve.converters.errors import LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
 
