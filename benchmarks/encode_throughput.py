@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lnserve.app.runtime.onnx_backend import session_options
-from lnserve.converters.onnx_graph import build_recurrent_encoder_graph
+from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
 from lnserve.models.norms import EPS
 from lnserve.models.recurrence import Recurrence
 

@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.encode_throughput import lngru_weights
 from lnserve.app.runtime.onnx_backend import session_options
-from lnserve.converters.onnx_graph import build_recurrent_encoder_graph
+from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
 
 N_IN, D, T = 300, 1024, 13
 FLOP_PER_SENTENCE = 105.7e6  # 8.13 MFLOP/token x 13 (spec §11)

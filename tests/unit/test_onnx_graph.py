@@ -15,7 +15,7 @@ import pytest
 ort = pytest.importorskip("onnxruntime")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from lnserve.converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph  # noqa: E402
+from lnserve.app.runtime.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph  # noqa: E402
 
 CELLS = ("gru", "lngru", "rlngru", "lstm", "lnlstm", "rlnlstm")
 N_IN, D = 12, 16
