@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.converters.onnx_export import DEFAULT_FORM
+from lnserve.app.runtime.onnx_export import DEFAULT_FORM
 
 
 def export(
@@ -20,8 +20,8 @@ def export(
     ] = DEFAULT_FORM,
 ) -> None:
     """Export the artifact's encoders to ONNX (written into the artifact, recorded in its manifest)."""
+    from lnserve.app.runtime.onnx_export import export_onnx
     from lnserve.converters.errors import UserInputError
-    from lnserve.converters.onnx_export import export_onnx
 
     if form not in ("scan", "loop", "native"):
         raise UserInputError(f"--form must be scan, loop or native, not {form!r}")

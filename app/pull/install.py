@@ -23,10 +23,10 @@ from lnserve.app.pull.archive import extract_members
 from lnserve.app.pull.catalog import CatalogEntry, RemoteFile, source_url
 from lnserve.app.pull.download import Downloaded, Progress, RetryPolicy, download
 from lnserve.app.pull.errors import ChecksumMismatchError, MissingFilesError, PullError
+from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.converters.artifact import MANIFEST, read_artifact, staging_dir, write_json
 from lnserve.converters.errors import ArtifactError
 from lnserve.converters.hashing import sha256_file
-from lnserve.converters.onnx_export import export_onnx
 
 log = logging.getLogger("lnserve.pull")
 

@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from lnserve.converters.artifact import Artifact
-from lnserve.converters.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
-from lnserve.converters.onnx_export import (
+from lnserve.app.runtime.onnx_export import (
     DEFAULT_FORM,
     EXPORT_FORMAT,
     PRECISIONS,
     build_fp16_graphs,
     build_graphs,
 )
+from lnserve.converters.artifact import Artifact
+from lnserve.converters.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 
 log = logging.getLogger("lnserve.runtime")
 

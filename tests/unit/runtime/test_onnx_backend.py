@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from lnserve.app.runtime.engine import Engine
+from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.converters.errors import ManifestMismatchError, OnnxModelError, ProviderUnavailableError
 from lnserve.converters.hashing import sha256_file
-from lnserve.converters.onnx_export import export_onnx
 from tests.conftest import OE_MODELS, ST_VARIANTS, inputs, run_cli
 
 
@@ -117,8 +117,8 @@ def test_cuda_provider_parity(exported: Path) -> None:
 @pytest.mark.parametrize("name", ("oe_order_lngru", "oe_order_rlngru", "skipthoughts_gru"))
 def test_fp16_profile_keeps_norm_statistics_in_fp32(name: str, artifacts: dict[str, Path]) -> None:
     """fp16 is a separate profile (for GPUs): float32 I/O, norms with float32 statistics, small drift."""
+    from lnserve.app.runtime.onnx_export import build_fp16_graphs
     from lnserve.converters.artifact import read_artifact
-    from lnserve.converters.onnx_export import build_fp16_graphs
 
     for model in build_fp16_graphs(read_artifact(artifacts[name])).values():
         assert model.graph.input[0].type.tensor_type.elem_type == 1  # float32 in
