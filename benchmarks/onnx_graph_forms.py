@@ -28,14 +28,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.encode_throughput import lngru_weights
+from benchmarks.graph_variants import build_variant_graph
 from lnserve.app.runtime.onnx_backend import session_options
-from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
 
 N_IN, D, T = 300, 1024, 13
 FLOP_PER_SENTENCE = 105.7e6  # 8.13 MFLOP/token x 13 (spec §11)
 RECURRENT_BYTES = 12.6e6  # 3.15 M fp32 recurrent parameters
 
-# name -> builder kwargs; "unrolled" forms get steps=T
+# name -> build_variant_graph kwargs (no kwargs: the production graph); "unrolled" forms get steps=T
 FORMS: dict[str, dict[str, object]] = {
     "loop LN-op": {"form": "loop", "mask": "where"},
     "loop LN-op 1gemm+Split": {"form": "loop", "mask": "where", "split_gemm": False},
@@ -153,7 +153,7 @@ def main() -> None:
     }
     for spinning in spins:
         sessions = {
-            name: session(build_recurrent_encoder_graph("lngru", weights, **kw), spinning=spinning)
+            name: session(build_variant_graph("lngru", weights, **kw), spinning=spinning)
             for name, kw in forms.items()
         }
         best: dict[tuple[str, int], float] = {}

@@ -1,4 +1,6 @@
-"""Parity of the hand-built ONNX encoder graphs with a float64 numpy reference written from the spec (§2-§4).
+"""Parity of the hand-built ONNX encoder graphs with a float64 numpy reference written from the spec (§2-§4):
+the production forms (``lnserve.app.runtime.onnx_graph``) and the alternatives the benchmarks measure
+(``benchmarks/graph_variants.py``), which are only worth comparing if they compute the same function.
 
 The reference is deliberately naive (Theano (in, out) layout, per-step loop, literal equations, explicit mask
 blend) so that it shares no code or algebraic shortcuts (bias folding, mean-shift centring) with the builder.
@@ -7,14 +9,17 @@ blend) so that it shares no code or algebraic shortcuts (bias folding, mean-shif
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 ort = pytest.importorskip("onnxruntime")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.graph_variants import build_variant_graph  # noqa: E402
 from lnserve.app.runtime.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph  # noqa: E402
 
 CELLS = ("gru", "lngru", "rlngru", "lstm", "lnlstm", "rlnlstm")
@@ -154,24 +159,24 @@ def run(model: object, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ tests
 
 
-def _variants(cell: str) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = [
-        {},
-        {"form": "loop"},
+def _variants(cell: str) -> list[tuple[Callable[..., onnx.ModelProto], dict[str, object]]]:
+    production: list[dict[str, object]] = [{}, {"form": "loop"}, {"opset": 23}]
+    benchmark: list[dict[str, object]] = [
         {"form": "loop", "mask": "where"},
         {"form": "scan", "mask": "where"},
         {"steps": 7},
         {"steps": 7, "mask": "where"},
         {"split_gemm": False, "update": "spec"},
         {"norm": "manual"},
-        {"opset": 23},
     ]
     if cell.startswith("ln"):
-        out.append({"norm": "meanshift"})
-        out.append({"norm": "meanshift", "steps": 7})
+        benchmark.append({"norm": "meanshift"})
+        benchmark.append({"norm": "meanshift", "steps": 7})
     if cell == "gru":
-        out.append({"form": "native"})
-    return out
+        production.append({"form": "native"})
+    return [(build_recurrent_encoder_graph, kw) for kw in production] + [
+        (build_variant_graph, kw) for kw in benchmark
+    ]
 
 
 @pytest.mark.parametrize("cell", CELLS)
@@ -179,8 +184,8 @@ def test_matches_float64_reference(cell: str) -> None:
     w = make_weights(cell)
     x, lengths = make_batch()
     ref = reference(cell, w, x, lengths)
-    for kwargs in _variants(cell):
-        h = run(build_recurrent_encoder_graph(cell, w, **kwargs), x, lengths)
+    for build, kwargs in _variants(cell):
+        h = run(build(cell, w, **kwargs), x, lengths)
         assert h.dtype == np.float32 and h.shape == (len(lengths), D)
         err = float(np.max(np.abs(h.astype(np.float64) - ref)))
         assert err <= TOL, f"{cell} {kwargs}: max |diff| {err:.3g}"
@@ -191,7 +196,11 @@ def test_matches_float64_reference(cell: str) -> None:
 def test_padding_does_not_change_vectors(cell: str, mask: str) -> None:
     w = make_weights(cell, seed=3)
     x, lengths = make_batch(seed=4)
-    model = build_recurrent_encoder_graph(cell, w, mask=mask)
+    model = (
+        build_recurrent_encoder_graph(cell, w)
+        if mask == "gather"
+        else build_variant_graph(cell, w, mask=mask)
+    )
     sess = session(model)
     (h,) = sess.run(["h"], {"x": x, "lengths": lengths})
     x_pad = np.concatenate([x, np.zeros((5, *x.shape[1:]), np.float32)], axis=0)
@@ -205,8 +214,13 @@ def test_padding_does_not_change_vectors(cell: str, mask: str) -> None:
 
 def test_weights_stored_once() -> None:
     w = make_weights("lngru")
-    for kwargs in ({}, {"steps": 9}, {"form": "loop"}):
-        model = build_recurrent_encoder_graph("lngru", w, **kwargs)
+    for build, kwargs in (
+        (build_recurrent_encoder_graph, {}),
+        (build_variant_graph, {"steps": 9}),
+        (build_recurrent_encoder_graph, {"form": "loop"}),
+        (build_variant_graph, {"split_gemm": False}),
+    ):
+        model = build("lngru", w, **kwargs)
         n_floats = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
         n_weights = sum(v.size for v in w.values())
         assert n_floats < n_weights + 64, kwargs
@@ -233,3 +247,19 @@ def test_rejects_bad_input() -> None:
     del bad["norm_hh_c.bias"]
     with pytest.raises(KeyError):
         build_recurrent_encoder_graph("lngru", bad)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_benchmark_default_is_the_production_graph(cell: str) -> None:
+    """The benchmarks' "(default)" row measures exactly the graph the runtime serves."""
+    w = make_weights(cell)
+    for kwargs in ({}, {"form": "loop"}, {"opset": 23}):
+        served = build_recurrent_encoder_graph(cell, w, **kwargs).SerializeToString()
+        assert build_variant_graph(cell, w, **kwargs).SerializeToString() == served, kwargs
+
+
+def test_production_builder_has_only_the_served_forms() -> None:
+    w = make_weights("lngru")
+    for kwargs in ({"form": "unrolled"}, {"opset": 16}):
+        with pytest.raises(ValueError):
+            build_recurrent_encoder_graph("lngru", w, **kwargs)

@@ -1,5 +1,10 @@
-"""The ONNX encoder graphs the runtime serves, built op by op from an artifact's weights (spec §2-§4, §11)."""
+"""The ONNX encoder graphs the runtime serves, built op by op from an artifact's weights (spec §2-§4, §11).
 
-from lnserve.app.runtime.onnx_graph.recurrent import build_image_encoder_graph, build_recurrent_encoder_graph
+``recurrent`` assembles a sentence encoder from a cell (``gru``, ``lstm``) in named steps; ``norms`` holds the
+LayerNorm/RMSNorm ops, ``builder`` the op-by-op graph writer, ``image`` the image projection.
+"""
 
-__all__ = ["build_image_encoder_graph", "build_recurrent_encoder_graph"]
+from lnserve.app.runtime.onnx_graph.image import build_image_encoder_graph
+from lnserve.app.runtime.onnx_graph.recurrent import GRAPH_FORMS, build_recurrent_encoder_graph
+
+__all__ = ["GRAPH_FORMS", "build_image_encoder_graph", "build_recurrent_encoder_graph"]

@@ -1,0 +1,71 @@
+"""The norms of the legacy cells (spec §3) over the last axis, eps inside the square root.
+
+LayerNorm uses the ``LayerNormalization`` op (opset >= 17, population variance like Theano); RMSNorm uses the
+``RMSNormalization`` op from opset 23 and before that the ReduceMean/Sqrt pattern that ORT fuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, f32, need
+from lnserve.models.cell_types import NORM_EPS as EPS
+
+NormArrays = tuple[np.ndarray, np.ndarray | None]  # (gain, bias); no bias in the RMS cells
+
+
+@dataclass(frozen=True)
+class Norm:
+    """Initializer names of one norm's gain and bias (``None``: no bias is added)."""
+
+    gain: str
+    bias: str | None = None
+
+
+def read_norms(
+    weights: Mapping[str, np.ndarray], sizes: Mapping[str, int], *, with_bias: bool
+) -> dict[str, NormArrays]:
+    """``{name: (gain, bias)}`` from ``<name>.weight`` / ``<name>.bias`` (LN cells only have the bias)."""
+    return {
+        name: (
+            need(weights, f"{name}.weight", (size,)),
+            need(weights, f"{name}.bias", (size,)) if with_bias else None,
+        )
+        for name, size in sizes.items()
+    }
+
+
+def add_norm(
+    g: GraphBuilder, gain_name: str, gain: np.ndarray, bias_name: str = "", bias: np.ndarray | None = None
+) -> Norm:
+    """Register one norm's gain (and bias, if any) as initializers."""
+    return Norm(g.const(f32(gain), gain_name), None if bias is None else g.const(f32(bias), bias_name))
+
+
+def layer_norm(g: GraphBuilder, z: str, norm: Norm) -> str:
+    """LN(z; bias, gain) as the ``LayerNormalization`` op."""
+    inputs = [z, norm.gain] if norm.bias is None else [z, norm.gain, norm.bias]
+    return g.op("LayerNormalization", inputs, axis=-1, epsilon=EPS)
+
+
+def rms_norm(g: GraphBuilder, z: str, gain: str, opset: int) -> str:
+    """RMS(z; gain): the standard op from opset 23, else the pattern ORT fuses."""
+    if opset >= 23:
+        return g.op("RMSNormalization", [z, gain], axis=-1, epsilon=EPS)
+    two = g.cached("c_two", np.array(2.0, np.float32))
+    eps = g.cached("c_eps", np.array(EPS, np.float32))
+    axes = g.cached("c_axes_last", np.array([-1], np.int64))
+    ms = g.op("ReduceMean", [g.op("Pow", [z, two]), axes], keepdims=1)
+    y = g.op("Div", [z, g.op("Sqrt", [g.op("Add", [ms, eps])])])
+    return g.op("Mul", [y, gain])
+
+
+def cell_norm(g: GraphBuilder, z: str, norm: Norm, *, cell: str, opset: int) -> str:
+    """The norm of a cell type: LN for ``ln*`` cells, RMS (then the bias, if any) for ``rln*`` cells."""
+    if not cell.startswith("rln"):
+        return layer_norm(g, z, norm)
+    y = rms_norm(g, z, norm.gain, opset)
+    return y if norm.bias is None else g.op("Add", [y, norm.bias])
