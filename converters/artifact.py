@@ -7,11 +7,12 @@ leaves nothing half-written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,30 @@ def finish_manifest(tmp: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             files[path.name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
     manifest = {"format_version": FORMAT_VERSION, **manifest, "files": files}
     write_json(tmp / MANIFEST, manifest)
+    return manifest
+
+
+def add_files(
+    path: Path, manifest: Mapping[str, Any], files: Iterable[tuple[str, bytes]], **sections: Any
+) -> dict[str, Any]:
+    """Write files into an existing artifact and record them in its manifest, with the given sections.
+
+    Each file goes through a temporary file and a rename and gets its size and sha256 in ``files`` like the
+    converter's own; ``files`` may be a generator, so large blobs are held one at a time. Returns the new
+    manifest.
+    """
+    manifest = dict(manifest)
+    recorded = dict(manifest.get("files", {}))
+    for rel, data in files:
+        dest = path / rel
+        dest.parent.mkdir(exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+        recorded[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    manifest["files"] = recorded
+    manifest.update(sections)
+    write_json(path / MANIFEST, manifest)
     return manifest
 
 

@@ -8,8 +8,6 @@ also get ``image``.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ import numpy as np
 import onnx
 
 from lnserve.app.runtime.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
-from lnserve.converters.artifact import MANIFEST, SKIP_PART_MODULES, Artifact, read_artifact, write_json
+from lnserve.converters.artifact import SKIP_PART_MODULES, Artifact, add_files, read_artifact
 from lnserve.converters.errors import OnnxModelError
 
 EXPORT_FORMAT = 1  # bump when the graph I/O contract changes; the runtime refuses newer ones
@@ -95,20 +93,7 @@ def export_onnx(path: Path, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_F
     """Write ``onnx/<part>.onnx`` for every part and update the manifest; returns the new manifest."""
     artifact = read_artifact(path)
     graphs = build_graphs(artifact, opset=opset, form=form)
-    out_dir = artifact.path / ONNX_DIR
-    out_dir.mkdir(exist_ok=True)
-    manifest = dict(artifact.manifest)
-    files = dict(manifest.get("files", {}))
-    entries: dict[str, Any] = {}
-    for part, model in graphs.items():
-        rel = f"{ONNX_DIR}/{part}.onnx"
-        data = model.SerializeToString()
-        tmp = out_dir / f".{part}.onnx.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, artifact.path / rel)
-        files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-        entries[part] = {"file": rel, **_io(model)}
-    manifest["files"] = files
-    manifest["onnx"] = {"export_format": EXPORT_FORMAT, "opset": opset, "form": form, "graphs": entries}
-    write_json(artifact.path / MANIFEST, manifest)
-    return manifest
+    entries = {part: {"file": f"{ONNX_DIR}/{part}.onnx", **_io(model)} for part, model in graphs.items()}
+    files = ((entries[part]["file"], model.SerializeToString()) for part, model in graphs.items())
+    section = {"export_format": EXPORT_FORMAT, "opset": opset, "form": form, "graphs": entries}
+    return add_files(artifact.path, artifact.manifest, files, onnx=section)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lnserve.converters.artifact import FORMAT_VERSION, read_artifact
+from lnserve.converters.artifact import FORMAT_VERSION, add_files, read_artifact
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
 from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from lnserve.converters.skip_thoughts import convert_skip_thoughts
@@ -119,3 +120,18 @@ def test_corrupt_json_is_refused(pristine: dict[str, Path], tmp_path: Path) -> N
 def test_not_an_artifact(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="not a model artifact"):
         read_artifact(tmp_path)
+
+
+def test_added_files_are_recorded_and_checked(pristine: dict[str, Path], tmp_path: Path) -> None:
+    """``add_files`` (ONNX export) leaves an artifact that validates and guards the new files too."""
+    path = _copy(pristine, "oe", tmp_path)
+    blob = b"\x00graph\xff" * 100
+    manifest = add_files(path, read_artifact(path).manifest, iter([("extra/part.bin", blob)]), extra={"n": 1})
+    reread = read_artifact(path).manifest
+    assert reread == manifest and reread["extra"] == {"n": 1}
+    record = {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+    assert reread["files"]["extra/part.bin"] == record
+    assert sorted(p.name for p in (path / "extra").iterdir()) == ["part.bin"]  # no temporary file left
+    (path / "extra/part.bin").write_bytes(b"\x01" + blob[1:])
+    with pytest.raises(ManifestMismatchError, match=r"extra/part\.bin: sha256 differs"):
+        read_artifact(path)
