@@ -1,5 +1,6 @@
 """Turn a catalog entry into a servable artifact: gather its files (download, or an existing directory),
-convert them, export when the exporter exists, and record where every file came from in the manifest.
+convert them, export the ONNX graphs (unless ``--no-export``), and record where every file came from in
+the manifest.
 
 Everything is written into a staging directory next to ``DIR/NAME`` that is renamed into place at the end, so
 a failure at any step leaves no artifact behind.
@@ -77,7 +78,8 @@ def pull(
             records = _collect_local(entry, from_dir, work, options)
         with staging_dir(out, overwrite=overwrite) as tmp:
             manifest = _convert(entry, work, tmp, options.cell)
-            _export_if_available(tmp, options.export)
+            if options.export:  # servable by the default onnx backend without building graphs at startup
+                export_onnx(tmp)
             manifest = _record_pull(tmp, entry, records, from_dir)
         if from_dir is None and not options.keep_downloads:
             shutil.rmtree(root / DOWNLOADS / entry.name, ignore_errors=True)
@@ -231,12 +233,6 @@ def _convert(entry: CatalogEntry, work: Path, out: Path, cell: str | None) -> di
             overwrite=True,
         )
     raise AssertionError(f"catalog entry {entry.name} names an unknown converter {entry.converter!r}")
-
-
-def _export_if_available(artifact_dir: Path, enabled: bool) -> None:
-    """Export to ONNX so the artifact is servable by the default onnx backend (``--no-export`` skips it)."""
-    if enabled:
-        export_onnx(artifact_dir)
 
 
 def _record_pull(

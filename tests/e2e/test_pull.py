@@ -280,3 +280,17 @@ def test_pull_from_a_local_directory(tmp_path: Path) -> None:
     assert manifest["cell"] == "rlngru" and manifest["options"]["encoder_in_options"] == "lngru"
     assert manifest["pull"]["from_dir"] == str(src.resolve())
     assert sorted(p.name for p in root.iterdir()) == ["rms-order"]
+    assert manifest["onnx"]["graphs"]["sentence"]["file"] == "onnx/sentence.onnx"  # exported by default
+    assert (root / "rms-order" / "onnx" / "sentence.onnx").is_file()
+
+
+def test_pull_no_export_leaves_the_graphs_out(tmp_path: Path) -> None:
+    src = tmp_path / "offline"
+    src.mkdir()
+    for ext in ("npz", "pkl"):
+        shutil.copy(OE / f"oe_order_rms_as_lngru.{ext}", src / f"order.{ext}")
+    root = tmp_path / "models"
+    proc = run_cli("pull", "rms-order", "--dir", str(root), "--from", str(src), "--no-export")
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((root / "rms-order" / "manifest.json").read_text())
+    assert "onnx" not in manifest and not (root / "rms-order" / "onnx").exists()
