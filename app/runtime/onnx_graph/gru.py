@@ -55,6 +55,8 @@ def read_gru(cell: str, weights: Mapping[str, np.ndarray], n_in: int, d: int) ->
 
 @dataclass(frozen=True)
 class GruNorms:
+    """Initializer names of the four norms of ``lngru`` / ``rlngru``."""
+
     in_ru: Norm  # norm1, with b3 folded into its bias: both are added before the sigmoid
     in_c: Norm  # norm2
     hh_ru: Norm  # norm3, gain only
@@ -85,6 +87,7 @@ class GruCell:
             )
 
     def norm(self, g: GraphBuilder, z: str, norm: Norm) -> str:
+        """The cell's norm (a method, so that benchmarks/graph_variants.py can swap it)."""
         return cell_norm(g, z, norm, cell=self.cell, opset=self.opset)
 
     def hoisted_inputs(self, g: GraphBuilder, x: str) -> list[str]:

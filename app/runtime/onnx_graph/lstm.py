@@ -42,6 +42,8 @@ def read_lstm(cell: str, weights: Mapping[str, np.ndarray], n_in: int, d: int) -
 
 @dataclass(frozen=True)
 class LstmNorms:
+    """Initializer names of the three norms of ``lnlstm`` / ``rlnlstm``."""
+
     inputs: Norm  # norm1, with b1 + b2 + b folded into its bias
     hidden: Norm  # norm2, gain only
     cell: Norm  # norm3, on the cell state
@@ -73,6 +75,7 @@ class LstmCell:
         )
 
     def norm(self, g: GraphBuilder, z: str, norm: Norm) -> str:
+        """The cell's norm (a method, so that benchmarks/graph_variants.py can swap it)."""
         return cell_norm(g, z, norm, cell=self.cell, opset=self.opset)
 
     def hoisted_inputs(self, g: GraphBuilder, x: str) -> list[str]:
