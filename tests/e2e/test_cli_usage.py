@@ -1,9 +1,11 @@
-"""Usage mistakes through the real CLI (subprocesses): one line on stderr with a stable code,
+"""Usage mistakes and bad settings through the real CLI (subprocesses): one line on stderr with a stable code,
 exit 2, never a traceback or "internal error"; ``--help`` and ``--version`` still exit 0."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -24,6 +26,18 @@ def one_line_error(proc: Proc, code: str, *, exit_code: int = 2) -> str:
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
     assert lines[0].startswith(f"lnserve: error [{code}]: "), lines[0]
     return lines[0]
+
+
+def run_env(*args: str, env: dict[str, str] | None = None) -> Proc:
+    """``run_cli`` with ``LNSERVE_*`` cleared from the environment, then ``env`` added."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LNSERVE_")}
+    return subprocess.run(
+        [sys.executable, "-c", "from app.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +91,32 @@ def test_help_still_exits_0(args: list[str]) -> None:
     proc = run_cli(*args)
     assert proc.returncode == 0, proc.stderr
     assert "Usage: lnserve" in proc.stdout and proc.stderr == ""
+
+
+# -- bad settings -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("env", "args", "message"),
+    [
+        ({"LNSERVE_PORT": "abc"}, [], "LNSERVE_PORT='abc': port must be an integer from 0 to 65535"),
+        ({}, ["--port", "80800"], "--port 80800: port must be an integer from 0 to 65535"),
+        ({"LNSERVE_BACKEND": "tensorrt"}, [], "LNSERVE_BACKEND='tensorrt': backend must be one of onnx"),
+        ({}, ["--backend", "tensorrt"], "--backend 'tensorrt': backend must be one of onnx, torch"),
+        ({"LNSERVE_PRECISION": "fp8"}, [], "LNSERVE_PRECISION='fp8': precision must be one of fp32, fp16"),
+        ({"LNSERVE_MAX_QUEUE": "0"}, [], "LNSERVE_MAX_QUEUE='0': max_queue must be an integer >= 1"),
+        ({"LNSERVE_ACCESS_LOG": "maybe"}, [], "LNSERVE_ACCESS_LOG='maybe': access_log must be true or false"),
+    ],
+)
+def test_bad_settings_name_the_setting_and_what_is_allowed(
+    env: dict[str, str], args: list[str], message: str
+) -> None:
+    proc = run_env("serve", *args, env=env)
+    line = one_line_error(proc, "invalid_setting")
+    assert message in line
+    assert "validation error" not in line and "pydantic" not in line
+    assert proc.stdout == ""
+
+
+def test_every_bad_setting_is_named_on_the_one_line() -> None:
+    proc = run_env("serve", "--port", "-1", env={"LNSERVE_BACKEND": "tensorrt"})
+    line = one_line_error(proc, "invalid_setting")
+    assert "LNSERVE_BACKEND='tensorrt'" in line and "--port -1" in line
