@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from app.commands.common import BackendOpt, load_matrix, read_lines, save_npy
+from app.commands.common import BackendOpt, check_output, load_matrix, read_lines, save_npy
 from app.runtime.engine import DEFAULT_BACKEND
 from converters.errors import EncodeInputError, UserInputError
 
@@ -37,7 +37,8 @@ def encode(
 
     if (input is None) == (images is None):
         raise UserInputError("give exactly one of --input and --images")
-    # read and check the inputs first: bad input fails before a model is loaded
+    # check the output and read the inputs first: bad input fails before a model is loaded
+    check_output(output)
     sentences = read_lines(input) if input is not None else None
     features = load_matrix(images, "image features") if images is not None else None
     engine = Engine.open(model_dir, backend=backend, precision=precision)
@@ -62,6 +63,7 @@ def score(
     from app.runtime.scoring import error_matrix
     from converters.artifact import read_artifact
 
+    check_output(output)
     artifact = read_artifact(model_dir)
     if artifact.family != "order-embedding":
         raise UserInputError("score needs an order-embedding model")

@@ -1,0 +1,114 @@
+"""What the CLI writes, through the real CLI (subprocesses): output paths that cannot be files and output
+permissions."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from converters.order_embedding import read_order_embedding, write_order_embedding
+from tests.conftest import run_cli
+from tests.support.broken import OE_DIR
+
+Proc = subprocess.CompletedProcess[str]
+CLI = [sys.executable, "-c", "from app.cli import main; main()"]
+CAPTIONS = "a dog\na cat on a mat\na man riding a horse\na red car\nthe sky\n"
+
+
+def refused(proc: Proc, code: str = "invalid_input") -> str:
+    """The single stderr line of a refused command."""
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert lines[0].startswith(f"lnserve: error [{code}]: "), lines[0]
+    return lines[0]
+
+
+def run_umask(*args: str, umask: int, cwd: Path | None = None) -> Proc:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, umask=umask, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "oe"
+    write_order_embedding(read_order_embedding(OE_DIR / "oe_order_gru"), out, name="oe")
+    return out
+
+
+@pytest.fixture
+def inputs(model: Path, tmp_path: Path) -> dict[str, Path]:
+    """Valid inputs for every command: captions (5 for 1 image), image features, sentence / image vectors."""
+    dim = json.loads((model / "manifest.json").read_text())["dims"]["dim"]
+    rng = np.random.default_rng(0)
+    (tmp_path / "caps.txt").write_text(CAPTIONS, encoding="utf-8")
+    np.save(tmp_path / "ims.npy", np.load(OE_DIR / "images.npy")[:1])
+    np.save(tmp_path / "svec.npy", rng.standard_normal((5, dim)).astype(np.float32))
+    np.save(tmp_path / "ivec.npy", rng.standard_normal((1, dim)).astype(np.float32))
+    return {
+        k: tmp_path / f
+        for k, f in [("caps", "caps.txt"), ("ims", "ims.npy"), ("s", "svec.npy"), ("i", "ivec.npy")]
+    }
+
+
+def _writes(cmd: str, model: Path, inp: dict[str, Path], out: Path) -> list[str]:
+    """Arguments of a command that writes the file ``out``."""
+    m = str(model)
+    return {
+        "encode": ["encode", m, "--input", str(inp["caps"]), "--output", str(out)],
+        "encode-images": ["encode", m, "--images", str(inp["ims"]), "--output", str(out)],
+        "score": ["score", m, "--sentences", str(inp["s"]), "--images", str(inp["i"]), "--output", str(out)],
+        "eval": ["eval", "--model", m, "--captions", str(inp["caps"]), "--images", str(inp["ims"]),
+                 "--folds", "1", "--json", str(out)],
+    }[cmd]  # fmt: skip
+
+
+COMMANDS = ["encode", "encode-images", "score", "eval"]
+
+
+# -- outputs ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_an_output_naming_a_directory_is_refused(
+    cmd: str, model: Path, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    line = refused(run_cli(*_writes(cmd, model, inputs, out)))
+    flag = "--json" if cmd == "eval" else "--output"
+    assert f"{flag} {out}: is a directory" in line
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_an_output_under_a_file_is_refused(
+    cmd: str, model: Path, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    line = refused(run_cli(*_writes(cmd, model, inputs, inputs["caps"] / "sub" / "o.npy")))
+    assert f"{inputs['caps']} is a file, not a directory" in line
+    assert inputs["caps"].read_text(encoding="utf-8") == CAPTIONS
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640)], ids=["022", "027"])
+def test_outputs_get_the_permissions_the_umask_gives(
+    cmd: str, umask: int, mode: int, model: Path, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "new" / "result.out"
+    proc = run_umask(*_writes(cmd, model, inputs, out), umask=umask)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == mode
+    assert sorted(p.name for p in out.parent.iterdir()) == ["result.out"]  # no temporary file left
+
+
+def test_an_output_is_replaced_whole(model: Path, inputs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "o.npy"
+    out.write_bytes(b"old")
+    run_cli(*_writes("encode", model, inputs, out), check=True)
+    assert np.load(out).shape == (5, 16)
