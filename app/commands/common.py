@@ -34,15 +34,53 @@ def read_lines(path: Path) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
+NPY_MAGIC = b"\x93NUMPY"
+
+
 def load_matrix(path: Path, what: str, *, mmap: bool = False) -> np.ndarray:
-    """A 2-d float array from a .npy (never unpickled), as float32; ``mmap`` leaves large files on disk."""
+    """A 2-d float array from a .npy (never unpickled), as float32; ``mmap`` leaves large files on disk.
+
+    Anything else (text, .npz, a pickle) is named as what it looks like: numpy's own message would advise
+    loading it "unsafely" with ``allow_pickle``, which lnserve never does."""
+    head = _read_head(path)
+    if not head.startswith(NPY_MAGIC):
+        raise EncodeInputError(
+            f"{path}: {what} must be a .npy file (a 2-d float array from numpy.save); {_looks_like(head)}"
+        )
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise EncodeInputError(f"{path}: cannot read {what} as a .npy array ({exc})") from None
+    except (OSError, ValueError, EOFError) as exc:
+        reason = str(exc)
+        if "pickle" in reason or "object" in reason.lower():
+            reason = "it holds Python objects (dtype object), which lnserve never unpickles"
+        raise EncodeInputError(f"{path}: cannot read {what} as a .npy array ({reason})") from None
     if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
         raise EncodeInputError(f"{path}: {what} must be a 2-d float array, got {arr.dtype} {arr.shape}")
     return arr.astype(np.float32, copy=False)
+
+
+def _read_head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as f:
+            return f.read(512)
+    except OSError as exc:
+        raise EncodeInputError(f"{path}: cannot read input ({exc.strerror})") from None
+
+
+def _looks_like(head: bytes) -> str:
+    """What a file that is not a .npy seems to be, from its first bytes."""
+    if not head:
+        return "the file is empty"
+    if head.startswith(b"PK\x03\x04"):
+        return "this is a zip archive (.npz?): save the one array with numpy.save"
+    if head[:1] == b"\x80":
+        return "this looks like a Python pickle, which is never loaded"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a character cut at the 512th byte
+            return "the file does not start with the .npy signature"
+    return "this looks like a text file"
 
 
 def check_output(path: Path, flag: str = "--output") -> None:

@@ -1,12 +1,14 @@
-"""What the CLI writes, through the real CLI (subprocesses): output paths that cannot be files and output
-permissions."""
+"""What the CLI reads and writes, through the real CLI (subprocesses): output paths that cannot be files,
+output permissions, inputs that are not .npy arrays."""
 
 from __future__ import annotations
 
 import json
+import pickle
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +114,79 @@ def test_an_output_is_replaced_whole(model: Path, inputs: dict[str, Path], tmp_p
     out.write_bytes(b"old")
     run_cli(*_writes("encode", model, inputs, out), check=True)
     assert np.load(out).shape == (5, 16)
+
+
+# -- inputs that are not .npy arrays --------------------------------------------------------------------
+def _npy_readers(model: Path, inp: dict[str, Path], bad: Path, tmp: Path) -> dict[str, list[str]]:
+    """Every CLI input that is read as a .npy array, fed ``bad``."""
+    m, caps, out, s, i = str(model), str(inp["caps"]), str(tmp / "o.npy"), str(inp["s"]), str(inp["i"])
+    return {
+        "encode --images": ["encode", m, "--images", str(bad), "--output", out],
+        "score --sentences": ["score", m, "--sentences", str(bad), "--images", i, "--output", out],
+        "score --images": ["score", m, "--sentences", s, "--images", str(bad), "--output", out],
+        "eval --images": ["eval", "--model", m, "--captions", caps, "--images", str(bad)],
+        "gallery build --images": ["gallery", "build", "g", "--model", m, "--images", str(bad),
+                                   "--galleries-dir", str(tmp / "galleries")],
+        "train --images": ["train", "order-embedding", "--out", str(tmp / "t"), "--captions", caps,
+                           "--images", str(bad)],
+    }  # fmt: skip
+
+
+READERS = [
+    "encode --images",
+    "score --sentences",
+    "score --images",
+    "eval --images",
+    "gallery build --images",
+    "train --images",
+]
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_text_file_where_a_npy_is_expected(
+    reader: str, model: Path, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    args = _npy_readers(model, inputs, inputs["caps"], tmp_path)[reader]
+    line = refused(run_cli(*args))
+    assert f"{inputs['caps']}: " in line and "must be a .npy file" in line
+    assert "this looks like a text file" in line
+    assert "allow_pickle" not in line and "unsafe" not in line
+    assert not (tmp_path / "o.npy").exists() and not (tmp_path / "galleries").exists()
+
+
+def _object_npy(path: Path) -> None:
+    np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+
+
+def _npz(path: Path) -> None:
+    with path.open("wb") as f:
+        np.savez(f, a=np.zeros((2, 20), np.float32))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_bytes(b""), "the file is empty"),
+        (
+            lambda p: p.write_bytes(pickle.dumps(np.zeros((2, 20)))),
+            "looks like a Python pickle, which is never",
+        ),
+        (_npz, "zip archive (.npz?)"),
+        (_object_npy, "holds Python objects (dtype object), which lnserve never unpickles"),
+        (lambda p: p.write_bytes(bytes(range(256)) * 4), "does not start with the .npy signature"),
+    ],
+)
+@pytest.mark.parametrize("reader", ["encode --images", "gallery build --images"])
+def test_other_files_that_are_not_npy_arrays(
+    make: Callable[[Path], object],
+    message: str,
+    reader: str,
+    model: Path,
+    inputs: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "bad.npy"
+    make(bad)
+    line = refused(run_cli(*_npy_readers(model, inputs, bad, tmp_path)[reader]))
+    assert f"{bad}: " in line and message in line
+    assert "allow_pickle" not in line and "unsafe" not in line
