@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -120,3 +122,23 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], object], flag: str) -> 
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
+
+
+@contextmanager
+def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr when it is a terminal, nothing otherwise; yields ``advance(n)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    )
+    with bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 
-from app.commands.common import BackendOpt, check_output, load_matrix, read_lines, save_npy
-from app.runtime.engine import DEFAULT_BACKEND
+from app.commands.common import BackendOpt, check_output, load_matrix, progress_bar, read_lines, save_npy
+from app.runtime.engine import DEFAULT_BACKEND, Engine
 from converters.errors import EncodeInputError, UserInputError
 
 
@@ -33,8 +34,6 @@ def encode(
     ] = "fp32",
 ) -> None:
     """Encode sentences (--input) or images (--images) into vectors."""
-    from app.runtime.engine import Engine
-
     if (input is None) == (images is None):
         raise UserInputError("give exactly one of --input and --images")
     # check the output and read the inputs first: bad input fails before a model is loaded
@@ -43,14 +42,35 @@ def encode(
     features = load_matrix(images, "image features") if images is not None else None
     engine = Engine.open(model_dir, backend=backend, precision=precision)
     if sentences is not None:
-        vectors = engine.encode_sentences(
-            sentences, pretokenized=pretokenized, eos=eos, normalize=not no_normalize, batch_size=batch_size
-        )
+        with progress_bar("encoding sentences", len(sentences)) as advance:
+            vectors = engine.encode_sentences(
+                sentences,
+                pretokenized=pretokenized,
+                eos=eos,
+                normalize=not no_normalize,
+                batch_size=batch_size,
+                progress=advance,
+            )
     else:
         assert features is not None
-        vectors = engine.encode_images(features)
+        vectors = _encode_images(engine, features)
     save_npy(output, vectors)
     typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 vectors to {output}")
+
+
+IMAGE_CHUNK = 4096  # image rows per projection call: progress steps, and a bounded working set
+
+
+def _encode_images(engine: Engine, features: np.ndarray) -> np.ndarray:
+    """Image features in chunks, for the progress bar (a row's vector never depends on the others)."""
+    if len(features) <= IMAGE_CHUNK:
+        return engine.encode_images(features)
+    chunks = []
+    with progress_bar("encoding images", len(features)) as advance:
+        for start in range(0, len(features), IMAGE_CHUNK):
+            chunks.append(engine.encode_images(features[start : start + IMAGE_CHUNK]))
+            advance(len(chunks[-1]))
+    return np.concatenate(chunks)
 
 
 def score(

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from app.commands.common import BackendOpt, load_matrix, read_lines
+from app.commands.common import BackendOpt, load_matrix, progress_bar, read_lines
 from app.runtime.engine import DEFAULT_BACKEND
 from converters.errors import EncodeInputError, UserInputError
 
@@ -80,20 +80,22 @@ def build(
     kind = "captions" if texts is not None else "images"
     info = store.create(name, kind=kind, model=ref, exist_ok=append)
     first = info.count
-    for start in range(0, n, batch_size):
-        stop = min(n, start + batch_size)
-        if texts is not None:
-            vecs = engine.encode_sentences(texts[start:stop], pretokenized=pretokenized)
-            items = [{"text": t} for t in texts[start:stop]]
-        else:
-            vecs = engine.encode_images(np.array(feats[start:stop], dtype=np.float32))  # type: ignore[index]
-            items = [None] * (stop - start)
-        store.add_items(
-            name,
-            vecs,
-            ids=[str(first + i) for i in range(start, stop)],
-            payloads=extra[start:stop] if extra is not None else items,
-        )
+    with progress_bar(f"gallery {name}: encoding {kind}", n) as advance:
+        for start in range(0, n, batch_size):
+            stop = min(n, start + batch_size)
+            if texts is not None:
+                vecs = engine.encode_sentences(texts[start:stop], pretokenized=pretokenized, progress=advance)
+                items = [{"text": t} for t in texts[start:stop]]
+            else:
+                vecs = engine.encode_images(np.array(feats[start:stop], dtype=np.float32))  # type: ignore[index]
+                items = [None] * (stop - start)
+                advance(stop - start)
+            store.add_items(
+                name,
+                vecs,
+                ids=[str(first + i) for i in range(start, stop)],
+                payloads=extra[start:stop] if extra is not None else items,
+            )
     info = store.get(name)
     typer.echo(
         f"gallery {name}: {n} {kind} added ({info.count} total, dim {info.dim}, {info.metric}) "

@@ -8,7 +8,7 @@ ONNX backends are interchangeable and padding never changes a vector.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -125,9 +125,15 @@ class Engine:
         eos: bool | None = None,
         normalize: bool | None = None,
         batch_size: int = 128,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         return self.encode(
-            sentences, pretokenized=pretokenized, eos=eos, normalize=normalize, batch_size=batch_size
+            sentences,
+            pretokenized=pretokenized,
+            eos=eos,
+            normalize=normalize,
+            batch_size=batch_size,
+            progress=progress,
         ).vectors
 
     def encode(
@@ -138,22 +144,30 @@ class Engine:
         eos: bool | None = None,
         normalize: bool | None = None,
         batch_size: int = 128,
+        progress: Callable[[int], None] | None = None,
     ) -> Encoded:
         eos = self.defaults["eos"] if eos is None else eos
         normalize = self.defaults["normalize"] if normalize is None else normalize
         seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=eos)
-        vectors = self.encode_ids(seqs, normalize=normalize, batch_size=batch_size)
+        vectors = self.encode_ids(seqs, normalize=normalize, batch_size=batch_size, progress=progress)
         return Encoded(vectors, [len(s) for s in seqs])
 
     def encode_ids(
-        self, seqs: Sequence[Sequence[int]], *, normalize: bool, batch_size: int = 128
+        self,
+        seqs: Sequence[Sequence[int]],
+        *,
+        normalize: bool,
+        batch_size: int = 128,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """Encode sequences from ``token_ids``: the HTTP batcher tokenises (and checks limits) before it
-        queues, then encodes many requests' sequences in one call."""
+        queues, then encodes many requests' sequences in one call. ``progress(n)`` after each batch of n."""
         out = np.empty((len(seqs), self.output_dim), dtype=np.float32)
         for idx in length_batches([len(s) for s in seqs], batch_size):
             ids, lengths = pad_ids([seqs[i] for i in idx])
             out[idx] = self._encode_batch(ids, lengths, normalize=normalize)
+            if progress is not None:
+                progress(len(idx))
         return out
 
     def _encode_batch(self, ids: np.ndarray, lengths: np.ndarray, *, normalize: bool) -> np.ndarray:

@@ -1,19 +1,25 @@
 """What the CLI reads and writes, through the real CLI (subprocesses): output paths that cannot be files,
-output permissions, inputs that are not .npy arrays."""
+output permissions, inputs that are not .npy arrays, progress bars on a terminal."""
 
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import pty
+import select
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from app.commands.encode import IMAGE_CHUNK
+from app.runtime.engine import Engine
 from converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import run_cli
 from tests.support.broken import OE_DIR
@@ -190,3 +196,72 @@ def test_other_files_that_are_not_npy_arrays(
     line = refused(run_cli(*_npy_readers(model, inputs, bad, tmp_path)[reader]))
     assert f"{bad}: " in line and message in line
     assert "allow_pickle" not in line and "unsafe" not in line
+
+
+# -- progress -----------------------------------------------------------------------------------------
+def run_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, bytes]:
+    """Run the CLI with stderr on a pseudo-terminal; (exit code, what the terminal received)."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [*CLI, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=env
+    )
+    os.close(slave)
+    received = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal (it exited)
+                break
+            if not data:
+                break
+            received += data
+        return proc.wait(timeout=max(1.0, deadline - time.monotonic())), bytes(received)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_encode_shows_progress_on_a_terminal(model: Path, inputs: dict[str, Path], tmp_path: Path) -> None:
+    code, tty = run_on_a_terminal(*_writes("encode", model, inputs, tmp_path / "o.npy"))
+    assert code == 0, tty
+    assert b"encoding sentences" in tty and b"5/5" in tty
+
+
+def test_gallery_build_shows_progress_on_a_terminal(
+    model: Path, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    args = ["gallery", "build", "caps", "--model", str(model), "--captions", str(inputs["caps"])]
+    code, tty = run_on_a_terminal(*args, "--galleries-dir", str(tmp_path / "g"))
+    assert code == 0, tty
+    assert b"gallery caps: encoding captions" in tty and b"5/5" in tty
+
+
+def test_encode_images_shows_progress_and_chunks_change_no_vector(model: Path, tmp_path: Path) -> None:
+    n = IMAGE_CHUNK + 904
+    feats = np.random.default_rng(1).standard_normal((n, 20)).astype(np.float32)
+    np.save(tmp_path / "ims.npy", feats)
+    out = tmp_path / "o.npy"
+    code, tty = run_on_a_terminal(
+        "encode", str(model), "--images", str(tmp_path / "ims.npy"), "--output", str(out)
+    )
+    assert code == 0, tty
+    assert b"encoding images" in tty and f"{n}/{n}".encode() in tty
+    np.testing.assert_allclose(np.load(out), Engine.open(model).encode_images(feats), rtol=0, atol=1e-5)
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(
+    model: Path, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    proc = run_cli(*_writes("encode", model, inputs, tmp_path / "o.npy"), check=True)
+    assert proc.stderr == ""
+    args = ["gallery", "build", "caps", "--model", str(model), "--captions", str(inputs["caps"])]
+    proc = run_cli(*args, "--galleries-dir", str(tmp_path / "g"), check=True)
+    assert proc.stderr == ""
