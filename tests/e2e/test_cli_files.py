@@ -1,5 +1,5 @@
 """What the CLI reads and writes, through the real CLI (subprocesses): output paths that cannot be files,
-output permissions, inputs that are not .npy arrays, progress bars on a terminal."""
+output permissions, inputs that are not .npy arrays, progress bars on a terminal, where ``pull`` writes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import pickle
 import pty
 import select
+import shutil
 import stat
 import subprocess
 import sys
@@ -265,3 +266,22 @@ def test_no_progress_when_stderr_is_not_a_terminal(
     args = ["gallery", "build", "caps", "--model", str(model), "--captions", str(inputs["caps"])]
     proc = run_cli(*args, "--galleries-dir", str(tmp_path / "g"), check=True)
     assert proc.stderr == ""
+
+
+# -- pull ---------------------------------------------------------------------------------------------
+def test_pull_defaults_to_artifacts_and_says_where_it_wrote(tmp_path: Path) -> None:
+    src = tmp_path / "offline"
+    src.mkdir()
+    for ext in ("npz", "pkl"):
+        shutil.copy(OE_DIR / f"oe_order_rms_as_lngru.{ext}", src / f"order.{ext}")
+    work = tmp_path / "checkout"
+    work.mkdir()
+    proc = run_umask(
+        "pull", "rms-order", "--from", str(src), "--no-export", "--base-url", "http://0.0.0.0:9",
+        umask=0o022, cwd=work,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    art = work / "artifacts" / "rms-order"
+    assert (art / "manifest.json").is_file()
+    assert sorted(p.name for p in work.iterdir()) == ["artifacts"]  # not ./models, the package folder
+    assert f"-> {art.resolve()}" in proc.stdout
