@@ -89,6 +89,17 @@ def check_output(path: Path, flag: str = "--output") -> None:
     """Refuse an output path that can never be written as a file, before any work is done."""
     if path.is_dir():
         raise UserInputError(f"{flag} {path}: is a directory; give the path of the file to write")
+    _check_parents(path, flag)
+
+
+def check_output_dir(path: Path, flag: str = "--out") -> None:
+    """Refuse an output directory that is a file or lies under one, before any work is done."""
+    if path.exists() and not path.is_dir():
+        raise UserInputError(f"{flag} {path}: is a file; give a directory")
+    _check_parents(path, flag)
+
+
+def _check_parents(path: Path, flag: str) -> None:
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from app.commands.common import check_output_dir
 from converters.errors import UserInputError
 
 
@@ -59,6 +60,7 @@ def pull(
         return
     if name is None:
         raise UserInputError("give a NAME to pull (see `lnserve pull --list`)")
+    check_output_dir(root, "--dir")
     from app.pull.download import RetryPolicy
     from app.pull.install import PullOptions
     from app.pull.install import pull as run_pull

@@ -116,6 +116,25 @@ def test_outputs_get_the_permissions_the_umask_gives(
     assert sorted(p.name for p in out.parent.iterdir()) == ["result.out"]  # no temporary file left
 
 
+def _writes_dir(cmd: str, inp: dict[str, Path], out: Path) -> list[str]:
+    """Arguments of a command that writes into the directory ``out``."""
+    return {
+        "train world": ["train", "world", "--out", str(out)],
+        "train order-embedding": ["train", "order-embedding", "--world", "demo", "--out", str(out)],
+        "pull": ["pull", "rms-order", "--from", str(inp["caps"].parent), "--dir", str(out)],
+    }[cmd]
+
+
+@pytest.mark.parametrize("cmd", ["train world", "train order-embedding", "pull"])
+def test_an_output_directory_naming_a_file_is_refused(cmd: str, inputs: dict[str, Path]) -> None:
+    caps = inputs["caps"]
+    flag = "--dir" if cmd == "pull" else "--out"
+    assert f"{flag} {caps}: is a file; give a directory" in refused(run_cli(*_writes_dir(cmd, inputs, caps)))
+    line = refused(run_cli(*_writes_dir(cmd, inputs, caps / "sub")))
+    assert f"{flag} {caps / 'sub'}: {caps} is a file, not a directory" in line
+    assert caps.read_text(encoding="utf-8") == CAPTIONS
+
+
 def test_an_output_is_replaced_whole(model: Path, inputs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "o.npy"
     out.write_bytes(b"old")
