@@ -10,11 +10,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.galleries.store import KINDS, MAX_K, MAX_QUERIES
+from app.galleries.store import GALLERY_NAME_PATTERN, GALLERY_NAME_RULE, KINDS, MAX_K, MAX_QUERIES
 
 GalleryKind = Literal["images", "captions"]
 assert set(GalleryKind.__args__) == set(KINDS)  # type: ignore[attr-defined]  # one list of kinds
-GALLERY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# pydantic's (Rust) regex: ``$`` is the end of the text, never before a trailing newline
+GALLERY_NAME = f"^{GALLERY_NAME_PATTERN}$"
 ItemId = Field(min_length=1, max_length=256, description="Unique within the gallery.")
 ModelField = Field(
     None, description="Model name (see GET /models); must be the gallery's model. Default: the gallery's."
@@ -31,7 +32,7 @@ class ScoreInfo(BaseModel):
 class GalleryCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=GALLERY_NAME, description="Letters, digits, '.', '_', '-'; up to 128.")
+    name: str = Field(pattern=GALLERY_NAME, description=f"Gallery name: {GALLERY_NAME_RULE}.")
     kind: GalleryKind = Field(description="What the items are: images (features) or captions (text).")
     model: str | None = Field(None, description="Model that embeds the items (default: the default model).")
 

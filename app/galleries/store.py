@@ -52,7 +52,11 @@ KINDS = ("images", "captions")
 MAX_K = 1000
 MAX_QUERIES = 1024
 DB, VECTORS, LOCK = "gallery.sqlite", "vectors.f32", "write.lock"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The one definition of a gallery name (store, HTTP schemas, CLI); always matched whole (``fullmatch``): a
+# ``$`` anchor would also match before a trailing newline and let ``"evil\n"`` become a directory name.
+GALLERY_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+GALLERY_NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
+_NAME = re.compile(GALLERY_NAME_PATTERN)
 _SQL_VARS = 500  # rows per IN (...) query, under SQLite's variable limit
 
 
@@ -131,7 +135,7 @@ class GalleryStore:
             GalleryInputError: bad name or kind. GalleryExistsError: the name is taken (unless ``exist_ok``
             and the existing gallery has the same kind and model).
         """
-        _check_name(name)
+        check_gallery_name(name)
         if kind not in KINDS:
             raise GalleryInputError(f"gallery kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if model.family == "skip-thoughts" and kind != "captions":
@@ -394,7 +398,7 @@ class GalleryStore:
 
     # -- plumbing -----------------------------------------------------------------------------------------
     def _path(self, name: str) -> Path:
-        _check_name(name)
+        check_gallery_name(name)
         return self.root / name
 
     @contextlib.contextmanager
@@ -466,11 +470,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise GalleryInputError(
-            f"bad gallery name {name!r}: use 1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
-        )
+def check_gallery_name(name: Any) -> str:
+    """``name`` if it is a valid gallery name (matched whole), else GalleryInputError."""
+    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+        raise GalleryInputError(f"bad gallery name {name!r}: use {GALLERY_NAME_RULE}")
+    return name
 
 
 def _check_id(item_id: Any) -> str:
@@ -545,4 +549,15 @@ def _query_side(info: GalleryInfo, query_kind: str) -> Side:
     return "image" if query_kind == "images" else "caption"
 
 
-__all__ = ["KINDS", "MAX_K", "MAX_QUERIES", "GalleryInfo", "GalleryStore", "ModelRef", "default_root"]
+__all__ = [
+    "GALLERY_NAME_PATTERN",
+    "GALLERY_NAME_RULE",
+    "KINDS",
+    "MAX_K",
+    "MAX_QUERIES",
+    "GalleryInfo",
+    "GalleryStore",
+    "ModelRef",
+    "check_gallery_name",
+    "default_root",
+]

@@ -232,6 +232,8 @@ def test_bad_inputs_raise_coded_errors(tmp_path: Path) -> None:
         (lambda: store.delete_item("g", "zz"), ItemNotFoundError, 404),
         (lambda: store.create("g", kind="images", model=_toy_model()), GalleryExistsError, 409),
         (lambda: store.create("../evil", kind="images", model=_toy_model()), GalleryInputError, 422),
+        (lambda: store.create("evil\n", kind="images", model=_toy_model()), GalleryInputError, 422),
+        (lambda: store.get("g\n"), GalleryInputError, 422),
         (lambda: store.create("h", kind="videos", model=_toy_model()), GalleryInputError, 422),
         (lambda: store.remove("nope"), GalleryNotFoundError, 404),
     ]
@@ -240,3 +242,20 @@ def test_bad_inputs_raise_coded_errors(tmp_path: Path) -> None:
             call()
         assert info.value.http_status == status and info.value.exit_code == 2 and info.value.code
     assert store.get("g").count == 2  # nothing above changed the gallery
+    assert sorted(p.name for p in store.root.iterdir()) == ["g"]  # no "evil\n" directory
+
+
+def test_one_gallery_name_rule_matched_whole_by_store_and_schema() -> None:
+    """``$`` matches before a trailing newline: names must be matched whole everywhere, by one pattern."""
+    from pydantic import ValidationError
+
+    from app.galleries.store import check_gallery_name
+    from app.schemas_retrieval import GalleryCreate
+
+    for bad in ("evil\n", "a\nb", "", ".hidden", "a" * 129, "x/y"):
+        with pytest.raises(GalleryInputError):
+            check_gallery_name(bad)
+        with pytest.raises(ValidationError):
+            GalleryCreate(name=bad, kind="images")
+    for good in ("a", "coco-ims_2014.v1", "9" * 128):
+        assert check_gallery_name(good) == good and GalleryCreate(name=good, kind="images").name == good
