@@ -211,14 +211,20 @@ class _State:
     info: GalleryInfo
     n_rows: int
     n_deleted: int
+    repairs: int  # counter bumped by every repair: cached state from before one is never reused
     vectors_id: tuple[int, int]  # (st_dev, st_ino) of vectors.f32: a replaced file is verified afresh
+
+    @property
+    def key(self) -> tuple[str, int, tuple[int, int]]:
+        """What cached verification and snapshots are valid for (rows aside)."""
+        return (self.info.uid, self.repairs, self.vectors_id)
 
 
 @dataclass
 class _Snapshot:
     """Per-gallery search state cached between queries: which rows are live, and the vector map."""
 
-    key: tuple[str, tuple[int, int]]
+    key: tuple[str, int, tuple[int, int]]
     n_rows: int
     n_deleted: int
     valid: np.ndarray
@@ -234,9 +240,9 @@ class GalleryStore:
         self._snapshots: dict[str, _Snapshot] = {}
         self._locks: dict[str, threading.RLock] = {}
         self._locks_lock = threading.Lock()
-        # verification, per gallery: ((uid, vectors file), rows verified) and ((uid, file, n_rows), fault)
-        self._verified: dict[str, tuple[tuple[str, tuple[int, int]], int]] = {}
-        self._failed: dict[str, tuple[tuple[str, tuple[int, int], int], str]] = {}
+        # verification, per gallery: (state key, rows verified) and ((*state key, n_rows), fault)
+        self._verified: dict[str, tuple[tuple[str, int, tuple[int, int]], int]] = {}
+        self._failed: dict[str, tuple[tuple[str, int, tuple[int, int], int], str]] = {}
 
     # -- galleries ----------------------------------------------------------------------------------------
     def create(self, name: str, *, kind: str, model: ModelRef, exist_ok: bool = False) -> GalleryInfo:
@@ -435,6 +441,10 @@ class GalleryStore:
             db.execute(f"DELETE FROM blocks WHERE start + n > ? OR {_MALFORMED_BLOCK}", (cut,))
             db.execute("UPDATE counters SET value = ? WHERE key = 'n_rows'", (cut,))
             db.execute("UPDATE counters SET value = ? WHERE key = 'n_deleted'", (cut - kept,))
+            db.execute(
+                "INSERT INTO counters (key, value) VALUES ('repairs', 1) "
+                "ON CONFLICT (key) DO UPDATE SET value = value + 1"
+            )
             db.execute("COMMIT")
             with open(vectors, "ab") as f:  # creates a missing file, never extends one
                 if cut < n_rows and os.fstat(f.fileno()).st_size > cut * 4 * info.dim:
@@ -668,7 +678,7 @@ class GalleryStore:
         with self._gallery_lock(name), self._db(name) as db:
             db.execute("BEGIN")  # one consistent read of counters, checksums and items
             state = self._open(name, db)
-            n_rows, n_deleted, key = state.n_rows, state.n_deleted, (state.info.uid, state.vectors_id)
+            n_rows, n_deleted, key = state.n_rows, state.n_deleted, state.key
             old = self._snapshots.get(name)
             if old is not None and (old.key, old.n_rows, old.n_deleted) == (key, n_rows, n_deleted):
                 db.execute("COMMIT")
@@ -732,7 +742,10 @@ class GalleryStore:
             raise GalleryCorruptError(name, f"{VECTORS} is not a regular file")
         if st.st_size < n_rows * 4 * info.dim:
             raise GalleryCorruptError(name, _short_reason(st.st_size, n_rows * 4 * info.dim))
-        state = _State(info, n_rows, n_deleted, (st.st_dev, st.st_ino))
+        with _db_faults(name):
+            row = db.execute("SELECT value FROM counters WHERE key = 'repairs'").fetchone()
+        repairs = row[0] if row is not None and isinstance(row[0], int) else 0
+        state = _State(info, n_rows, n_deleted, repairs, (st.st_dev, st.st_ino))
         self._verify(name, db, state, scan=scan)
         return state
 
@@ -757,7 +770,7 @@ class GalleryStore:
     def _verify(self, name: str, db: sqlite3.Connection, state: _State, *, scan: bool) -> None:
         """Verify rows once per process (then only new ones); a fault is remembered for as long as the
         gallery stays in that state, so a quarantined gallery is not re-read on every request."""
-        key = (state.info.uid, state.vectors_id)
+        key = state.key
         with self._gallery_lock(name):
             failed = self._failed.get(name)
             if failed is not None and failed[0] == (*key, state.n_rows):
@@ -779,7 +792,7 @@ class GalleryStore:
             self._verified[name] = (key, state.n_rows)
 
     def _mark_verified(self, name: str, state: _State, n_rows: int) -> None:
-        key = (state.info.uid, state.vectors_id)
+        key = state.key
         with self._gallery_lock(name):
             if self._verified.get(name) == (key, state.n_rows):
                 self._verified[name] = (key, n_rows)

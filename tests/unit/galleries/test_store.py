@@ -400,3 +400,24 @@ def test_legacy_gallery_gets_checksums_and_its_model_identity(tmp_path: Path) ->
     assert (report.legacy_rows, report.verified_rows) == (0, 12)
     _flip(old.root / "g" / "vectors.f32", 3)
     assert not _store(tmp_path).check("g").ok  # bit rot in a formerly legacy row is now detected
+
+
+def test_a_gallery_repaired_by_another_process_is_served_afresh(tmp_path: Path) -> None:
+    """The server's cached rows, mask and verification never outlive a repair, even when the gallery
+    regains the same row and tombstone counts afterwards."""
+    server, vecs = _three_adds(tmp_path)
+    server.delete_item("g", "10")
+    assert {h["id"] for h in server.search("g", vecs[0], 12, query_kind="captions")["results"][0]} == {
+        str(i) for i in range(12) if i != 10
+    }
+    os.truncate(server.root / "g" / "vectors.f32", 6 * 32)
+    with pytest.raises(GalleryCorruptError):
+        server.search("g", vecs[0], 12, query_kind="captions")
+    cli = _store(tmp_path)
+    assert cli.repair("g").rows_after == 4
+    fresh = vecs[::-1][:8].copy()
+    cli.add_items("g", fresh, ids=[f"n{i}" for i in range(4, 12)])
+    cli.delete_item("g", "n9")  # again 12 rows, 1 tombstone: other rows than before
+    hits = server.search("g", vecs[0], 12, query_kind="captions")["results"][0]
+    assert {h["id"] for h in hits} == {"0", "1", "2", "3"} | {f"n{i}" for i in range(4, 12) if i != 9}
+    assert server.get_item("g", "n10", with_vector=True)["vector"].tolist() == fresh[6].tolist()
