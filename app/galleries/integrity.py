@@ -39,7 +39,6 @@ class Scan:
     good_rows: int
     fault: str | None
     covered: int
-    checked_rows: int  # rows verified by this scan (by checksum or, legacy rows, for finite values)
 
 
 def has_blocks_table(db: sqlite3.Connection) -> bool:
@@ -71,20 +70,20 @@ def scan(db: sqlite3.Connection, path: Path, dim: int, n_rows: int, *, start: in
     try:
         if start >= covered:  # nothing checksummed left to verify
             bad_row, fault = _check_legacy(f, start, n_rows, dim)
-            return Scan(bad_row, fault, covered, bad_row - start)
+            return Scan(bad_row, fault, covered)
         first = db.execute(
             "SELECT start FROM blocks WHERE start <= ? ORDER BY start DESC LIMIT 1", (start,)
         ).fetchone()
-        pos = begin = int(first[0]) if first is not None and isinstance(first[0], int) else 0
+        pos = int(first[0]) if first is not None and isinstance(first[0], int) else 0
         for b_start, b_n, crc in db.execute(
             "SELECT start, n, crc32 FROM blocks WHERE start >= ? ORDER BY start", (pos,)
-        ).fetchall():
+        ):
             fault = _block_fault(f, pos, b_start, b_n, crc, n_rows, 4 * dim)
             if fault is not None:
-                return Scan(pos, fault, covered, pos - begin)
+                return Scan(pos, fault, covered)
             pos = b_start + b_n
         bad_row, fault = _check_legacy(f, pos, n_rows, dim)
-        return Scan(bad_row, fault, covered, bad_row - begin)
+        return Scan(bad_row, fault, covered)
     finally:
         if f is not None:
             f.close()

@@ -26,6 +26,7 @@ gallery back to its last consistent acknowledged state.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -353,7 +354,9 @@ class GalleryStore:
             try:
                 stack.enter_context(self._write_lock(name))
                 writable = True
-            except PermissionError:  # a read-only gallery: verified, nothing recorded
+            except OSError as exc:  # a read-only gallery (permissions, mount): verified, nothing recorded
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
                 writable = False
             db = stack.enter_context(self._db(name))
             state = self._open(name, db)
