@@ -17,7 +17,7 @@ LnserveError
 │       ├── DuplicateItemError    (duplicate_item, 409)    item id already in the gallery or the batch
 │       ├── GalleryMismatchError  (gallery_mismatch, 422)  model or item / query kind not the gallery's
 │       └── GalleryInputError     (invalid_input, 422)     bad name, vector shape, k, payload
-├── GalleryCorruptError        (gallery_corrupt, 500)     vector file shorter than the database says
+├── GalleryCorruptError        (gallery_corrupt, 503)     gallery files damaged: that gallery is quarantined
 ├── NotReadyError              (not_ready, 503)           models still loading / warming up
 ├── QueueFullError             (queue_full, 429)          the model's queue is full; has Retry-After
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)

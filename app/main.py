@@ -18,7 +18,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from app.deps import require_api_key
 from app.errors import install_error_handlers
 from app.galleries.demo import install_demo_gallery
-from app.galleries.store import GalleryStore
+from app.galleries.errors import GalleryCorruptError
+from app.galleries.store import CorruptGallery, GalleryEntry, GalleryInfo, GalleryStore
 from app.gallery_ops import warm_scorer
 from app.metrics import Metrics
 from app.middleware import RequestContextMiddleware
@@ -52,26 +53,41 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 async def _load(app: FastAPI) -> None:
-    """Background start-up: the demo gallery first (when the demo model is served), then the models, so
-    that ``/ready`` implies both."""
+    """Background start-up: every gallery verified against its checksums, the demo gallery (when the demo
+    model is served), then the models, so that ``/ready`` implies all three."""
     settings: Settings = app.state.settings
+    try:
+        _log_quarantined(await asyncio.to_thread(app.state.galleries.verify_all))
+    except Exception:  # each gallery is also verified on first use: never stop the models over this
+        log.exception("could not verify the galleries")
     if not settings.models:
         try:
             info = await asyncio.to_thread(install_demo_gallery, app.state.galleries)
             log.info("demo gallery %s ready (%d images)", info.name, info.count)
             warm_scorer(app.state.galleries)
+        except GalleryCorruptError as exc:
+            log.error("demo gallery not installed: %s", exc)
         except Exception:  # the demo gallery is a convenience: never fail serving over it
             log.exception("could not install the demo gallery")
     await app.state.registry.load()
 
 
 async def _open_galleries(store: GalleryStore) -> None:
-    """List the galleries (a broken root fails startup, not the first query); warm the scorer they need."""
+    """Clean what crashed creations left, list the galleries (a broken root fails startup, not the first
+    query; a damaged gallery is quarantined, never fatal); warm the scorer they need."""
+    for leftover in await asyncio.to_thread(store.clean_leftovers):
+        log.info("removed %s left in %s by an interrupted create or remove", leftover, store.root)
     galleries = await asyncio.to_thread(store.list)
     names = ", ".join(g.name for g in galleries) or "-"
-    log.info("%d galleries in %s: %s", len(galleries), store.root, names)
-    if any(g.metric == "order_violation" for g in galleries):
+    log.info("%d galleries in %s: %s", len(galleries), store.root, names)  # faults: logged by _load
+    if any(isinstance(g, GalleryInfo) and g.metric == "order_violation" for g in galleries):
         warm_scorer(store)
+
+
+def _log_quarantined(galleries: list[GalleryEntry]) -> None:
+    for g in galleries:
+        if isinstance(g, CorruptGallery):
+            log.error("gallery %s is corrupt and quarantined (503 gallery_corrupt): %s", g.name, g.reason)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

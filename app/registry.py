@@ -81,7 +81,7 @@ class ModelEntry:
     batcher: MicroBatcher
     settings: Settings
     engine: Engine | None = None
-    ref: ModelRef | None = None  # identity galleries pin (manifest sha256); set with the engine
+    ref: ModelRef | None = None  # identity galleries pin (weights, vocab, cell, options); set with engine
     state: State = "pending"
     error: str | None = field(default=None, repr=False)
 

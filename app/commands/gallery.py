@@ -1,8 +1,9 @@
-"""``lnserve gallery build / ls / rm``: persistent galleries of one model's embeddings."""
+"""``lnserve gallery build / ls / rm / check / repair``: persistent galleries of one model's embeddings."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -118,6 +119,9 @@ def ls(
         return
     typer.echo(f"{'name':24} {'kind':8} {'items':>9} {'dim':>5}  {'model':24} score")
     for i in infos:
+        if i.as_dict()["state"] != "ok":
+            typer.echo(f"{i.name:24} CORRUPT: {i.reason}")  # type: ignore[union-attr]
+            continue
         direction = i.as_dict()["score"]["direction"].replace("_", " ")
         typer.echo(f"{i.name:24} {i.kind:8} {i.count:>9} {i.dim:>5}  {i.model:24} {i.metric} ({direction})")
 
@@ -130,6 +134,74 @@ def rm(
     """Delete a gallery and its files."""
     _store(galleries_dir).remove(name)
     typer.echo(f"removed gallery {name}")
+
+
+def _valid_name(value: str) -> str:
+    from app.galleries.store import check_gallery_name
+
+    return check_gallery_name(value)
+
+
+NameArg = Annotated[str, typer.Argument(help="Gallery name.", callback=_valid_name)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+_SHOWN_IDS = 10
+
+
+@gallery_app.command("check")
+def check(name: NameArg, galleries_dir: DirOpt = None, as_json: JsonOpt = False) -> None:
+    """Verify gallery NAME offline without changing it: its files, counters and every row against its
+    checksum. Exit 0 when healthy, 2 (with the reason) when damaged."""
+    from app.galleries.errors import GalleryCorruptError
+
+    report = _store(galleries_dir).check(name)
+    if as_json:
+        typer.echo(json.dumps(asdict(report), indent=2))
+    if not report.ok:
+        kept = f"rows 0-{report.good_rows - 1}" if report.good_rows else "no rows"
+        raise GalleryCorruptError(name, f"{report.reason} (`lnserve gallery repair {name}` keeps {kept})")
+    if as_json:
+        return
+    legacy = (
+        f"; {report.legacy_rows} rows predate checksums and were checked for finite values only"
+        if report.legacy_rows
+        else ""
+    )
+    typer.echo(
+        f"gallery {name}: ok ({report.count} items in {report.rows} rows, "
+        f"{report.verified_rows} verified against their checksums{legacy})"
+    )
+
+
+@gallery_app.command("repair")
+def repair(
+    name: NameArg,
+    galleries_dir: DirOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would be dropped; change nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cut gallery NAME back to its last consistent acknowledged state (rows before the first damaged one)
+    and report the items dropped; recreate a missing lock or vector file."""
+    report = _store(galleries_dir).repair(name, dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps({**asdict(report), "changed": report.changed}, indent=2))
+        return
+    if not report.changed:
+        typer.echo(f"gallery {name}: nothing to repair ({report.rows_after} rows, all consistent)")
+        return
+    verb = "would drop" if dry_run else "dropped"
+    lines = [f"gallery {name}: {report.reason or 'inconsistent files'}"]
+    if report.rows_after < report.rows_before:
+        ids = report.dropped_ids
+        more = len(ids) - _SHOWN_IDS
+        shown = ", ".join(ids[:_SHOWN_IDS]) + (f" and {more} more (--json lists all)" if more > 0 else "")
+        lines.append(
+            f"{verb} rows {report.rows_after}-{report.rows_before - 1} "
+            f"({len(ids)} items{': ' + shown if ids else ''}); {report.rows_after} rows kept"
+        )
+    lines += [("would have " if dry_run else "") + fix for fix in report.fixed]
+    typer.echo("\n".join(lines))
 
 
 def register(app: typer.Typer) -> None:

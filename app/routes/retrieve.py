@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from app.deps import GalleriesDep, RegistryDep, SettingsDep
 from app.errors import TooManySentencesError
 from app.galleries.errors import GalleryMismatchError
-from app.galleries.store import GalleryInfo, GalleryStore, ModelRef
+from app.galleries.store import GalleryInfo, GalleryStore, ModelRef, same_model
 from app.gallery_ops import encode_inputs, model_for
 from app.registry import ModelEntry
 from app.schemas_retrieval import IdQuery, ImageQuery, Query, RetrieveRequest, RetrieveResponse, TextQuery
@@ -106,7 +106,7 @@ def _stored_vectors(
         source = q.gallery or info.name
         if source not in sources:
             sources[source] = store.get(source)
-            if sources[source].model_sha256 != info.model_sha256:
+            if not same_model(sources[source], info):
                 raise GalleryMismatchError(
                     f"gallery {source!r} (model {sources[source].model!r}) and gallery {info.name!r} "
                     f"(model {info.model!r}) were embedded by different models"
