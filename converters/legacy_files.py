@@ -4,14 +4,15 @@ the restricted unpickler instead."""
 from __future__ import annotations
 
 import logging
+import operator
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from converters.errors import CorruptFileError, TableMismatchError
+from converters.errors import CorruptFileError, TableMismatchError, shown
 from converters.safe_pickle import py2_strings, safe_load
 
 log = logging.getLogger("lnserve.converters")
@@ -35,6 +36,20 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
         raise CorruptFileError(f"{path}: not a readable .npz archive ({exc})") from None
 
 
+def int_option(options: Mapping[str, Any], key: str, source: Path) -> int:
+    """A positive integer option (a dimension); anything else is a clear error, not a crash later."""
+    value = options[key]
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = 0
+    if number < 1 or isinstance(value, bool):
+        raise CorruptFileError(
+            f"{source}: option {key} must be a positive integer, found {shown(repr(value))[:80]}"
+        )
+    return number
+
+
 def read_legacy_pickle(path: Path) -> Any:
     """A Python 2 protocol-0 pickle (options / worddict), with UTF-8 strings recovered."""
     require_file(path)
@@ -42,18 +57,21 @@ def read_legacy_pickle(path: Path) -> Any:
         return py2_strings(safe_load(f, source=str(path)))
 
 
-def _read_npy_header(f: Any, path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _read_npy_header(f: IO[bytes], path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
     try:
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
             return np.lib.format.read_array_header_1_0(f)
-        return np.lib.format.read_array_header_2_0(f)
-    except ValueError as exc:
-        raise CorruptFileError(f"{path}: not a .npy file ({exc})") from None
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(f)
+        raise ValueError(f"unsupported .npy version {version}")
+    except (ValueError, SyntaxError, TypeError, EOFError) as exc:
+        raise CorruptFileError(f"{path}: not a .npy file ({shown(str(exc))})") from None
 
 
 def _table_row(row: Any, dim: int, index: int, path: Path) -> np.ndarray:
     vec = np.asarray(row).reshape(-1)  # rows are (dim,) or (1, dim)
+    _check_row_dtype(vec.dtype, index, path)
     if vec.shape != (dim,):
         raise TableMismatchError(f"{path}: row {index} has {vec.size} values, expected {dim}")
     return vec.astype(np.float32, copy=False)
@@ -91,13 +109,17 @@ def _convert_table(
                 return streamed.n, streamed.require_dim()
             log.info("%s: rows are shared or out of order; converting without streaming", src)
             f.seek(offset)
-            rows = safe_load(f, source=str(src))
+            rows = safe_load(f, source=str(src), object_arrays=True)
             if not isinstance(rows, np.ndarray) or rows.ndim != 1 or not rows.dtype.hasobject:
                 raise CorruptFileError(f"{src}: expected a 1-d object array of word vectors")
             return _write_rows(rows, dst, progress=progress, chunk_rows=chunk_rows, path=src)
-    plain = np.load(src, mmap_mode="r", allow_pickle=False)
+    try:
+        plain = np.load(src, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:  # e.g. a header declaring more rows than the file holds
+        raise CorruptFileError(f"{src}: not a readable .npy table ({shown(str(exc))})") from None
     if plain.ndim != 2:
         raise CorruptFileError(f"{src}: expected a 2-d table, found shape {plain.shape}")
+    _check_row_dtype(plain.dtype, 0, src)
     return _write_rows(plain, dst, progress=progress, chunk_rows=chunk_rows, path=src)
 
 
@@ -133,6 +155,7 @@ class _StreamingTable:
         self._buf: np.ndarray | None = None
         self._fill = 0
         self._out: Any = None
+        self._row_dtype: np.dtype | None = None
 
     def require_dim(self) -> int:
         assert self.dim is not None
@@ -148,7 +171,9 @@ class _StreamingTable:
             raise CorruptFileError(f"{self.path}: the table is empty")
         overrides = {(m, "_reconstruct"): self._reconstruct for m in _NUMPY_MULTIARRAY}
         with self.dst.open("wb") as self._out:
-            top = safe_load(f, source=str(self.path), overrides=overrides)
+            top = safe_load(
+                f, source=str(self.path), overrides=overrides, object_arrays=True, leaves=(_Placeholder,)
+            )
             self._flush()
         if not isinstance(top, _Placeholder) or top.index != self.OUTER:
             raise CorruptFileError(f"{self.path}: expected a 1-d object array of word vectors")
@@ -161,23 +186,22 @@ class _StreamingTable:
         return all(isinstance(r, _Placeholder) and r.index == i for i, r in enumerate(rows))
 
     def accept(self, state: Any) -> int:
-        """BUILD of one reconstructed array: the outer object array, or one row to write now."""
-        if not isinstance(state, tuple) or len(state) not in (4, 5):
-            raise CorruptFileError(f"{self.path}: unexpected ndarray state in the table pickle")
-        shape, dtype, fortran, data = state[-4:]
-        if not isinstance(dtype, np.dtype):
-            raise CorruptFileError(f"{self.path}: unexpected ndarray state in the table pickle")
+        """BUILD of one reconstructed array: the outer object array, or one row to write now.
+
+        ``state`` was checked by the restricted unpickler: (1, shape, a dtype it built, fortran, data of
+        exactly the size the shape needs, or a list for the object array).
+        """
+        _, shape, dtype, fortran, data = state
         if dtype.hasobject:
             if self.outer is not None or tuple(shape) != (self.n,):
                 raise CorruptFileError(f"{self.path}: expected one 1-d object array of {self.n} rows")
             self.outer = data
             return self.OUTER
         index = self.rows_written
-        raw = data.encode("latin1") if isinstance(data, str) else bytes(data)
-        try:
-            arr = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran else "C")
-        except (TypeError, ValueError) as exc:
-            raise CorruptFileError(f"{self.path}: row {index} is not a readable array ({exc})") from None
+        if dtype is not self._row_dtype:  # rows share one memoised dtype: check it once
+            _check_row_dtype(dtype, index, self.path)
+            self._row_dtype = dtype
+        arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
         self.rows_written += 1
         self._write(np.asarray(arr).reshape(-1), index)
         return index
@@ -204,6 +228,12 @@ class _StreamingTable:
         self._fill = 0
         if self.progress is not None:
             self.progress(self.rows_written, self.n)
+
+
+def _check_row_dtype(dtype: np.dtype, index: int, path: Path) -> None:
+    """Rows hold numbers (legacy float32); anything else cannot be cast faithfully to float32."""
+    if dtype.kind not in "biuf" or dtype.names is not None:
+        raise CorruptFileError(f"{path}: row {index} has dtype {shown(str(dtype))}, expected float32 numbers")
 
 
 def _write_table_header(out: Any, n: int, dim: int) -> None:

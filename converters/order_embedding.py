@@ -14,7 +14,7 @@ from converters.artifact import VOCAB, finish_manifest, save_weights, staging_di
 from converters.detect import detect_cell
 from converters.errors import CorruptFileError
 from converters.hashing import sha256_file
-from converters.legacy_files import read_legacy_pickle, read_npz
+from converters.legacy_files import int_option, read_legacy_pickle, read_npz
 from converters.param_map import (
     cell_state_dict,
     check_params,
@@ -62,7 +62,9 @@ def read_order_embedding(prefix: Path, *, cell: str | None = None) -> ConvertedO
     params = read_npz(npz_path)
     chosen, note = detect_cell(str(options["encoder"]), params.keys(), prefix="encoder", override=cell)
     notes = [note] if note else []
-    n_words, dim_word, dim, dim_image = (int(options[k]) for k in ("n_words", "dim_word", "dim", "dim_image"))
+    n_words, dim_word, dim, dim_image = (
+        int_option(options, k, pkl_path) for k in ("n_words", "dim_word", "dim", "dim_image")
+    )
     expected = {
         "Wemb": (n_words, dim_word),
         "ff_image_W": (dim_image, dim),

@@ -19,7 +19,14 @@ from converters.artifact import SKIP_PART_MODULES, finish_manifest, save_weights
 from converters.detect import detect_cell
 from converters.errors import CorruptFileError, TableMismatchError, UserInputError
 from converters.hashing import sha256_file
-from converters.legacy_files import convert_table, read_dictionary, read_legacy_pickle, read_npz, require_file
+from converters.legacy_files import (
+    convert_table,
+    int_option,
+    read_dictionary,
+    read_legacy_pickle,
+    read_npz,
+    require_file,
+)
 from converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
 
 log = logging.getLogger("lnserve.converters")
@@ -50,7 +57,7 @@ def read_skip_half(npz_path: Path, kind: str, *, cell: str | None = None) -> Ski
     if not isinstance(options, dict) or not all(k in options for k in ("dim", "dim_word", "encoder")):
         raise CorruptFileError(f"{pkl_path}: expected an options dict with dim, dim_word and encoder")
     params = read_npz(npz_path)
-    dim, dim_word = int(options["dim"]), int(options["dim_word"])
+    dim, dim_word = int_option(options, "dim", pkl_path), int_option(options, "dim_word", pkl_path)
     prefixes = list(SKIP_PART_MODULES[kind])
     chosen, note = detect_cell(str(options["encoder"]), params.keys(), prefix="encoder", override=cell)
     notes = [note] if note else []
