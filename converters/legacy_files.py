@@ -1,12 +1,22 @@
 """Readers for the legacy on-disk formats. ``allow_pickle`` is never turned on: object arrays go through
-the restricted unpickler instead."""
+the restricted unpickler instead.
+
+Archives are hostile input too: an ``.npz`` is opened without decompressing anything, only the members a
+converter asks for are read, each bounded by the shape its own header declares, and a member that expands
+beyond ``MAX_RATIO`` is refused before it is inflated (a 2 MB zip bomb can declare 8 GiB).
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 import operator
+import os
 import zipfile
-from collections.abc import Callable, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -17,6 +27,19 @@ from converters.safe_pickle import py2_strings, safe_load
 
 log = logging.getLogger("lnserve.converters")
 _NUMPY_MULTIARRAY = ("numpy.core.multiarray", "numpy._core.multiarray")
+MAX_RATIO = 100  # np.savez stores members (1:1) and float weights deflate to about 1.1:1
+_RATIO_FLOOR = 1 << 20  # a member this small is harmless whatever its ratio
+_CHUNK = 1 << 20
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+)  # RuntimeError: an encrypted member
 
 
 def require_file(path: Path) -> Path:
@@ -25,15 +48,112 @@ def require_file(path: Path) -> Path:
     return path
 
 
-def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """All arrays of a ``numpy.savez`` archive; a truncated or pickled archive is a CorruptFileError."""
+@dataclass(frozen=True)
+class NpyHeader:
+    """What a member's ``.npy`` header declares; ``check_params`` reads ``shape`` and ``dtype`` from it."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran: bool
+    offset: int  # where the data starts
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+class NpzArchive:
+    """An open ``.npz``: its array names are known, nothing is decompressed until a member is asked for."""
+
+    def __init__(self, path: Path, zf: zipfile.ZipFile, size: int) -> None:
+        self.path, self._zf, self._size = path, zf, size
+        members: dict[str, zipfile.ZipInfo] = {}
+        for info in zf.infolist():
+            key = info.filename.removesuffix(".npy")
+            if key in members:
+                raise CorruptFileError(f"{path}: member {shown(info.filename)!r} appears more than once")
+            members[key] = info
+        self._members = members
+        self.keys = list(members)
+
+    def headers(self, keys: Iterable[str]) -> dict[str, NpyHeader]:
+        """The headers of those ``keys`` that are present (checked against the member's sizes)."""
+        return {k: self._header(k) for k in keys if k in self._members}
+
+    def arrays(self, keys: Iterable[str]) -> dict[str, np.ndarray]:
+        """The arrays of those ``keys`` that are present, each read no further than its header declares."""
+        return {k: self._array(k) for k in keys if k in self._members}
+
+    def _fail(self, key: str, why: str) -> CorruptFileError:
+        return CorruptFileError(f"{self.path}: member {shown(self._members[key].filename)!r} {why}")
+
+    def _header(self, key: str) -> NpyHeader:
+        info = self._members[key]
+        if info.compress_size > self._size:
+            raise self._fail(
+                key, f"claims {info.compress_size} compressed bytes, more than the whole archive"
+            )
+        if info.file_size > _RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+            ratio = info.file_size / max(info.compress_size, 1)
+            raise self._fail(
+                key,
+                f"expands {ratio:,.0f}:1 to {info.file_size:,} bytes (limit {MAX_RATIO}:1): "
+                "refusing a likely zip bomb",
+            )
+        try:
+            with self._zf.open(info) as f:
+                shape, fortran, dtype = _read_npy_header(f, self.path)
+                header = NpyHeader(tuple(shape), dtype, bool(fortran), f.tell())
+        except CorruptFileError as exc:
+            raise self._fail(key, f"is not a .npy array ({exc})") from None
+        except _ZIP_ERRORS as exc:
+            raise self._fail(key, f"is unreadable ({shown(str(exc))})") from None
+        if dtype.hasobject:
+            raise self._fail(key, "holds Python objects (refused: parameters are plain arrays)")
+        if info.file_size != header.offset + header.nbytes:
+            raise self._fail(
+                key,
+                f"is {info.file_size:,} bytes but its header declares {header.shape} of {dtype.str} "
+                f"({header.offset + header.nbytes:,} bytes)",
+            )
+        return header
+
+    def _array(self, key: str) -> np.ndarray:
+        header = self._header(key)
+        flat = np.empty(math.prod(header.shape), dtype=header.dtype)
+        raw = flat.view(np.uint8).reshape(-1) if flat.size else np.empty(0, np.uint8)
+        try:
+            with self._zf.open(self._members[key]) as f:
+                f.seek(header.offset)
+                filled = 0
+                while filled < header.nbytes:  # zipfile checks the CRC once the last byte is read
+                    got = f.readinto(memoryview(raw[filled : filled + _CHUNK]))
+                    if not got:
+                        raise self._fail(key, f"ends after {filled:,} of {header.nbytes:,} data bytes")
+                    filled += got
+        except _ZIP_ERRORS as exc:
+            raise self._fail(key, f"is unreadable ({shown(str(exc))})") from None
+        return flat.reshape(header.shape, order="F" if header.fortran else "C")
+
+
+@contextmanager
+def open_npz(path: Path) -> Iterator[NpzArchive]:
+    """Open a ``numpy.savez`` archive; a truncated or non-zip file, or a duplicated member, is corrupt."""
     require_file(path)
-    try:
-        # open the file ourselves: np.load(path) leaks its handle when the zip directory is truncated
-        with path.open("rb") as fh, np.load(fh, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as exc:
-        raise CorruptFileError(f"{path}: not a readable .npz archive ({exc})") from None
+    # open the file ourselves: zipfile leaks nothing, np.load(path) leaked its handle on a truncated directory
+    with path.open("rb") as fh:
+        try:
+            zf = zipfile.ZipFile(fh)
+        except _ZIP_ERRORS as exc:
+            raise CorruptFileError(f"{path}: not a readable .npz archive ({shown(str(exc))})") from None
+        with zf:
+            yield NpzArchive(path, zf, os.fstat(fh.fileno()).st_size)
+
+
+def read_npz(path: Path, keys: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` archive (only ``keys`` when given); see ``NpzArchive``."""
+    with open_npz(path) as npz:
+        return npz.arrays(npz.keys if keys is None else keys)
 
 
 def int_option(options: Mapping[str, Any], key: str, source: Path) -> int:
