@@ -127,7 +127,7 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
     def load(self) -> Any:
         """pickle's own loop, reading the stream directly (frames only batch reads; see ``load_frame``)."""
         self.read, self.readline = self._stream.read, self._stream.readline
-        self.readinto = self._stream.readinto
+        self.readinto = getattr(self._stream, "readinto", None)  # only BYTEARRAY8 (protocol 5) uses it
         self.metastack, self.stack, self.proto = [], [], 0
         self.append = self.stack.append
         read, dispatch = self.read, self.dispatch
@@ -316,9 +316,9 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         _height(key, _tuple_items, self._key_heights, what="a dict key")
 
     def _set_items(self, target: Any, items: list[Any]) -> None:
-        if type(target) not in (dict, collections.OrderedDict):
-            raise _corrupt(f"SETITEM on a {shown(type(target).__name__)}")
-        for i in range(0, len(items) - 1, 2):
+        if type(target) not in (dict, collections.OrderedDict) or len(items) % 2:
+            raise _corrupt(f"SETITEM on a {shown(type(target).__name__)} with {len(items)} keys and values")
+        for i in range(0, len(items), 2):
             self._check_key(items[i])
             target[items[i]] = items[i + 1]
 

@@ -214,8 +214,9 @@ def test_shared_substructures_stay_shared(tmp_path: Path) -> None:
         (forged.deep_list_pickle(200_000), "the pickle nests deeper than 64 levels"),
         (forged.deep_tuple_key_pickle(100_000), "a dict key nests deeper than 64 levels"),
         (b"\x80\x04\x8f(K\x01\x90.", "sets are not part of the legacy formats"),
+        (b"(S'a'\nd.", "SETITEM on a dict with 1 keys and values"),
     ],
-    ids=["deep-list", "deep-tuple-key", "set"],
+    ids=["deep-list", "deep-tuple-key", "set", "odd-dict"],
 )
 def test_deep_or_odd_structures_are_corrupt(data: bytes, message: str, tmp_path: Path) -> None:
     """Through read_legacy_pickle: the unfixed code raised RecursionError from py2_strings."""
