@@ -106,12 +106,14 @@ def stored(name: str, payload: bytes) -> Member:
     return Member(name, payload, len(payload), zlib.crc32(payload))
 
 
-def deflate_bomb(name: str, prefix: bytes, zeros: int, *, declared: int | None = None) -> Member:
+def deflate_bomb(
+    name: str, prefix: bytes, zeros: int, *, declared: int | None = None, crc: int | None = None
+) -> Member:
     """``prefix`` then ``zeros`` zero bytes, deflated (about 1000:1) without ever holding them in memory.
 
     One 1 MiB block of zeros is compressed once and repeated after a full flush, which resets the stream,
     so each repetition is a valid continuation. ``declared`` overrides the uncompressed size written in
-    the headers (a lie about the size).
+    the headers (a lie about the size); ``crc`` skips computing the real CRC (a member never read whole).
     """
     block = 1 << 20
     full, rest = divmod(zeros, block)
@@ -119,24 +121,28 @@ def deflate_bomb(name: str, prefix: bytes, zeros: int, *, declared: int | None =
     head = comp.compress(prefix) + comp.flush(zlib.Z_FULL_FLUSH)
     body = comp.compress(bytes(block)) + comp.flush(zlib.Z_FULL_FLUSH) if full else b""
     tail = comp.compress(bytes(rest)) + comp.flush()
-    crc = zlib.crc32(prefix)
-    for _ in range(full):
-        crc = zlib.crc32(bytes(block), crc)
-    crc = zlib.crc32(bytes(rest), crc)
+    if crc is None:
+        crc = zlib.crc32(prefix)
+        for _ in range(full):
+            crc = zlib.crc32(bytes(block), crc)
+        crc = zlib.crc32(bytes(rest), crc)
     size = len(prefix) + zeros if declared is None else declared
     return Member(name, head + body * full + tail, size, crc, method=8)
 
 
 def write_zip(path: Path, members: Iterable[Member]) -> None:
-    """A plain zip (no zip64) with exactly these members, duplicates and odd names included."""
+    """A plain zip with exactly these members, duplicates and odd names included (zip64 sizes above 4 GiB)."""
     out, central = bytearray(), bytearray()
     count = 0
     for m in members:
         name = m.name.encode("utf-8")
-        fields = struct.pack("<HHHHHIII", 20, 0x800, m.method, 0, 0x21, m.crc, len(m.data), m.file_size)
-        central += b"PK\x01\x02" + struct.pack("<H", 20) + fields
-        central += struct.pack("<HHHHHII", len(name), 0, 0, 0, 0, 0, len(out)) + name
-        out += b"PK\x03\x04" + fields + struct.pack("<HH", len(name), 0) + name + m.data
+        big = m.file_size >= 0xFFFFFFFF
+        sizes = (0xFFFFFFFF, 0xFFFFFFFF) if big else (len(m.data), m.file_size)
+        extra = struct.pack("<HHQQ", 1, 16, m.file_size, len(m.data)) if big else b""
+        fields = struct.pack("<HHHHHIII", 45 if big else 20, 0x800, m.method, 0, 0x21, m.crc, *sizes)
+        central += b"PK\x01\x02" + struct.pack("<H", 45) + fields
+        central += struct.pack("<HHHHHII", len(name), len(extra), 0, 0, 0, 0, len(out)) + name + extra
+        out += b"PK\x03\x04" + fields + struct.pack("<HH", len(name), len(extra)) + name + extra + m.data
         count += 1
     end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, count, count, len(central), len(out), 0)
     path.write_bytes(bytes(out + central + end))
