@@ -40,7 +40,14 @@ _HASH_ON_LOAD_LIMIT = 256 << 20  # files larger than this (word tables) are chec
 
 @contextmanager
 def staging_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory next to ``out``; on success it atomically becomes ``out``."""
+    """Yield a temporary directory next to ``out``; on success it atomically becomes ``out``.
+
+    A symlinked ``out`` is refused: resolving it would make ``--force`` replace the link's target.
+    """
+    if out.is_symlink():
+        raise ArtifactError(
+            f"{out}: output path is a symbolic link (to {os.readlink(out)}); give the real directory instead"
+        )
     out = out.resolve()
     if out.exists() and not overwrite and any(out.iterdir()):
         raise ArtifactError(f"{out}: output directory exists and is not empty (use --force to replace it)")
