@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics = Metrics()
     app.state.registry = ModelRegistry(settings, observer=metrics)
-    app.state.galleries = GalleryStore(settings.galleries_dir)
+    app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
     for name in ROUTER_MODULES:
         module = importlib.import_module(f"app.routes.{name}")

@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.runtime.engine import BACKENDS, DEFAULT_BACKEND
+from app.runtime.retrieval import SCORERS
 
 
 def _default_threads() -> int:
@@ -57,6 +58,11 @@ class Settings(BaseSettings):
     )
     galleries_dir: Path | None = Field(
         None, description="Root of the retrieval galleries (default ~/.local/share/lnserve/galleries)."
+    )
+    scorer: str = Field(
+        "auto",
+        description=f"Order-violation retrieval kernel: {', '.join(SCORERS)} "
+        "(auto: compiled when a C compiler is found, else numpy).",
     )
 
     # network
@@ -105,6 +111,13 @@ class Settings(BaseSettings):
         if value not in BACKENDS:
             raise ValueError(f"unknown backend {value!r}; expected one of {', '.join(BACKENDS)}")
         return value
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str) -> str:
+        if value.lower() not in SCORERS:
+            raise ValueError(f"unknown scorer {value!r}; expected one of {', '.join(SCORERS)}")
+        return value.lower()
 
     def limits(self) -> dict[str, int | float]:
         """The limits a client needs to know (reported by ``/info``)."""
