@@ -42,14 +42,27 @@ def encode(
     features = load_matrix(images, "image features") if images is not None else None
     engine = Engine.open(model_dir, backend=backend, precision=precision)
     if sentences is not None:
-        vectors = engine.encode_sentences(
+        encoded = engine.encode(
             sentences, pretokenized=pretokenized, eos=eos, normalize=not no_normalize, batch_size=batch_size
         )
+        vectors = encoded.vectors
+        _report_unknown_words(encoded.unk_counts)
     else:
         assert features is not None
         vectors = engine.encode_images(features)
     save_npy(output, vectors)
     typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 vectors to {output}")
+
+
+def _report_unknown_words(unk_counts: list[int]) -> None:
+    """Say on stderr how many sentences have words the model does not know: their vectors are arbitrary."""
+    hit = [i for i, n in enumerate(unk_counts) if n]
+    if hit:
+        typer.echo(
+            f"lnserve: note: {len(hit)} of {len(unk_counts)} sentences have words the model does not know "
+            f"({sum(unk_counts)} tokens mapped to UNK; first: line {hit[0] + 1})",
+            err=True,
+        )
 
 
 def score(

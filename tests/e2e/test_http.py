@@ -96,6 +96,14 @@ def test_base64_round_trip_is_exact(client: httpx.Client) -> None:
     np.testing.assert_array_equal(_b64(b64["vectors"]), np.asarray(floats["vectors"], dtype=np.float32))
 
 
+def test_unk_counts_say_how_many_words_the_model_does_not_know(client: httpx.Client) -> None:
+    oe = _encode(client, model="oe_order_lngru", sentences=["a dog on a bus", "a zqxj dog wvkp", "zqxj"])
+    assert oe["token_counts"] == [6, 5, 2] and oe["unk_counts"] == [0, 2, 1]  # eos is known
+    sents = ["robots are cool", "robots zqxj"]
+    st = _encode(client, model="skipthoughts_gru", sentences=sents, pretokenized=True)
+    assert st["token_counts"] == [3, 2] and st["unk_counts"] == [0, 1]
+
+
 # -- OpenAI-compatible --------------------------------------------------------------------------------
 def test_openai_embeddings_shapes(client: httpx.Client) -> None:
     """The requests the OpenAI Python client sends: base64 by default, a string or a list."""
