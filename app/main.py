@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager, suppress
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 
 from app.deps import require_api_key
 from app.errors import install_error_handlers
@@ -77,7 +78,9 @@ async def _open_galleries(store: GalleryStore) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; with no settings, read them from ``LNSERVE_*`` environment variables."""
     settings = settings or Settings()
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI / ReDoc from assets shipped in the fastapi-offline wheel (served
+    # under /static-offline-docs), not from a CDN: an offline or air-gapped host still gets its docs
+    app = FastAPIOffline(
         title="lnserve",
         summary="Sentence (and image) encoders of the layer-normalisation era, served over HTTP.",
         lifespan=lifespan,
