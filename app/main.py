@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager, suppress
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 
 from app.deps import require_api_key
 from app.errors import install_error_handlers
@@ -93,7 +94,9 @@ def _log_quarantined(galleries: list[GalleryEntry]) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; with no settings, read them from ``LNSERVE_*`` environment variables."""
     settings = settings or Settings()
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI / ReDoc from assets shipped in the fastapi-offline wheel (served
+    # under /static-offline-docs), not from a CDN: an offline or air-gapped host still gets its docs
+    app = FastAPIOffline(
         title="lnserve",
         summary="Sentence (and image) encoders of the layer-normalisation era, served over HTTP.",
         lifespan=lifespan,
@@ -101,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics = Metrics()
     app.state.registry = ModelRegistry(settings, observer=metrics)
-    app.state.galleries = GalleryStore(settings.galleries_dir)
+    app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
     for name in ROUTER_MODULES:
         module = importlib.import_module(f"app.routes.{name}")

@@ -120,6 +120,10 @@ class ModelEntry:
             self.prepare, sentences, pretokenized=pretokenized, eos=eos, truncate=truncate
         )
 
+    def unk_counts(self, seqs: list[list[int]]) -> list[int]:
+        """Per sequence from ``prepare``: tokens that mapped to UNK."""
+        return self._engine().unk_counts(seqs)
+
     async def encode_ids(self, seqs: list[list[int]], *, normalize: bool | None) -> np.ndarray:
         norm = self._engine().defaults["normalize"] if normalize is None else normalize
         key = ("text", bool(norm))

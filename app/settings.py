@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.runtime.engine import BACKENDS, DEFAULT_BACKEND
+from app.runtime.retrieval import SCORERS
 from converters.errors import UserInputError
 
 
@@ -69,6 +70,11 @@ class Settings(BaseSettings):
     galleries_dir: Path | None = Field(
         None, description="Root of the retrieval galleries (default ~/.local/share/lnserve/galleries)."
     )
+    scorer: str = Field(
+        "auto",
+        description=f"Order-violation retrieval kernel: {', '.join(SCORERS)} "
+        "(auto: compiled when a C compiler is found, else numpy).",
+    )
 
     # network
     host: str = "127.0.0.1"
@@ -116,6 +122,13 @@ class Settings(BaseSettings):
         if value not in BACKENDS:
             raise ValueError(f"unknown backend {value!r}; expected one of {', '.join(BACKENDS)}")
         return value
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str) -> str:
+        if value.lower() not in SCORERS:
+            raise ValueError(f"unknown scorer {value!r}; expected one of {', '.join(SCORERS)}")
+        return value.lower()
 
     def limits(self) -> dict[str, int | float]:
         """The limits a client needs to know (reported by ``/info``)."""

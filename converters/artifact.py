@@ -38,6 +38,12 @@ SKIP_PART_MODULES: dict[str, dict[str, str]] = {
 _HASH_ON_LOAD_LIMIT = 256 << 20  # files larger than this (word tables) are checked by size, not hash
 
 
+def model_name(out: Path, name: str | None = None) -> str:
+    """The one naming rule for converted, pulled and trained models: ``name`` if given, else the artifact
+    directory's own name (what the server falls back to when a manifest has no name)."""
+    return name or Path(os.path.abspath(out)).name
+
+
 @contextmanager
 def staging_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary directory next to ``out``; on success it atomically becomes ``out``.

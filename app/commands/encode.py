@@ -43,7 +43,7 @@ def encode(
     engine = Engine.open(model_dir, backend=backend, precision=precision)
     if sentences is not None:
         with progress_bar("encoding sentences", len(sentences)) as advance:
-            vectors = engine.encode_sentences(
+            encoded = engine.encode(
                 sentences,
                 pretokenized=pretokenized,
                 eos=eos,
@@ -51,6 +51,8 @@ def encode(
                 batch_size=batch_size,
                 progress=advance,
             )
+        vectors = encoded.vectors
+        _report_unknown_words(encoded.unk_counts)
     else:
         assert features is not None
         vectors = _encode_images(engine, features)
@@ -71,6 +73,17 @@ def _encode_images(engine: Engine, features: np.ndarray) -> np.ndarray:
             chunks.append(engine.encode_images(features[start : start + IMAGE_CHUNK]))
             advance(len(chunks[-1]))
     return np.concatenate(chunks)
+
+
+def _report_unknown_words(unk_counts: list[int]) -> None:
+    """Say on stderr how many sentences have words the model does not know: their vectors are arbitrary."""
+    hit = [i for i, n in enumerate(unk_counts) if n]
+    if hit:
+        typer.echo(
+            f"lnserve: note: {len(hit)} of {len(unk_counts)} sentences have words the model does not know "
+            f"({sum(unk_counts)} tokens mapped to UNK; first: line {hit[0] + 1})",
+            err=True,
+        )
 
 
 def score(

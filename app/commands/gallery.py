@@ -20,16 +20,19 @@ DirOpt = Annotated[
     Path | None,
     typer.Option(
         "--galleries-dir",
-        envvar="LNSERVE_GALLERIES_DIR",
-        help="Gallery root (default ~/.local/share/lnserve/galleries).",
+        help="Gallery root (default: LNSERVE_GALLERIES_DIR, else ~/.local/share/lnserve/galleries).",
+        show_default=False,
     ),
 ]
 
 
 def _store(root: Path | None):  # type: ignore[no-untyped-def]
+    """The gallery root and scorer come from the flag, else from the service's own settings (LNSERVE_*)."""
     from app.galleries.store import GalleryStore
+    from app.settings import Settings
 
-    return GalleryStore(root)
+    settings = Settings()
+    return GalleryStore(root if root is not None else settings.galleries_dir, scorer=settings.scorer)
 
 
 def _read_payloads(path: Path, expected: int) -> list[Any]:

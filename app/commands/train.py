@@ -142,6 +142,7 @@ def train_order_embedding(
     """Train (or fine-tune with --from-artifact) an order-embedding model; write an artifact."""
     from app.training.checkpoint import checkpoint_dir, load_checkpoint
     from app.training.trainer import TrainConfig, Trainer, resolve_device, write_trained
+    from converters.artifact import model_name
 
     check_output_dir(out)
     if out.exists() and any(out.iterdir()) and not force:
@@ -181,7 +182,7 @@ def train_order_embedding(
         result,
         trainer,
         out,
-        name=name or out.name,
+        name=model_name(out, name),
         data=data_label,
         demo=demo,
         description=DEMO_DESCRIPTION if demo else f"trained by lnserve on {data_label}",

@@ -80,9 +80,9 @@ _MALFORMED_BLOCK = "typeof(n) != 'integer' OR typeof(crc32) != 'integer'"
 
 
 def default_root() -> Path:
-    """``LNSERVE_GALLERIES_DIR``, else ``~/.local/share/lnserve/galleries``."""
-    env = os.environ.get("LNSERVE_GALLERIES_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "lnserve" / "galleries"
+    """``~/.local/share/lnserve/galleries``: the root when none is given (``LNSERVE_GALLERIES_DIR`` is read
+    by ``app.settings.Settings``, whose ``galleries_dir`` callers pass)."""
+    return Path.home() / ".local" / "share" / "lnserve" / "galleries"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from app.runtime.bucketing import length_batches, pad_ids, reverse_padded
 from app.runtime.scoring import error_matrix
-from app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for
+from app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for, unk_counts
 from converters.artifact import Artifact, read_artifact
 from converters.errors import EncodeInputError, ProviderUnavailableError
 
@@ -45,6 +45,7 @@ def l2normalize(x: np.ndarray) -> np.ndarray:
 class Encoded:
     vectors: np.ndarray  # (N, dim) float32
     token_counts: list[int]  # steps run per sentence, eos included
+    unk_counts: list[int]  # of those, steps on the UNK id / row (words the model does not know)
 
 
 def needs_torch(artifact: Artifact) -> str | None:
@@ -117,6 +118,10 @@ class Engine:
             )
         return seqs
 
+    def unk_counts(self, seqs: Sequence[Sequence[int]]) -> list[int]:
+        """Per sequence from ``token_ids``: how many tokens mapped to UNK."""
+        return unk_counts(seqs, self.vocab.unk)
+
     def encode_sentences(
         self,
         sentences: Sequence[str],
@@ -150,7 +155,7 @@ class Engine:
         normalize = self.defaults["normalize"] if normalize is None else normalize
         seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=eos)
         vectors = self.encode_ids(seqs, normalize=normalize, batch_size=batch_size, progress=progress)
-        return Encoded(vectors, [len(s) for s in seqs])
+        return Encoded(vectors, [len(s) for s in seqs], self.unk_counts(seqs))
 
     def encode_ids(
         self,

@@ -79,7 +79,7 @@ def test_skip_thoughts_caption_gallery_uses_cosine(artifacts: dict[str, Path], t
     assert out["score"] == {
         "metric": "cosine",
         "direction": "higher_is_better",
-        "meaning": out["score"]["meaning"],
+        "meaning": "cosine similarity (1 = identical direction)",
     }
     top = out["results"][0]
     assert top[0]["payload"]["text"] == sents[4] and top[0]["score"] == pytest.approx(1.0, abs=1e-5)
