@@ -38,9 +38,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from app.batcher import QueueFullError, ShuttingDownError
-from app.galleries.errors import GalleryError
-from converters.errors import EncodeInputError, LnserveError, UserInputError
+from lnserve.app.batcher import QueueFullError, ShuttingDownError
+from lnserve.app.galleries.errors import GalleryError
+from lnserve.converters.errors import EncodeInputError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
 
@@ -118,7 +118,7 @@ _NEVER_RAISED: tuple[type[LnserveError], ...] = (GalleryError,)  # bases: only t
 
 
 def _service_error_classes() -> set[type[LnserveError]]:
-    """The LnserveError classes the service's own modules define (``app.pull`` is CLI-only), plus the
+    """The LnserveError classes the service's own modules define (``lnserve.app.pull`` is CLI-only), plus the
     engine's input errors. Classes are found as loaded: the app factory has imported every route by then."""
     found: set[type[LnserveError]] = set()
     todo: list[type[LnserveError]] = [LnserveError]
@@ -126,7 +126,7 @@ def _service_error_classes() -> set[type[LnserveError]]:
         for sub in todo.pop().__subclasses__():
             todo.append(sub)
             mod = sub.__module__
-            if mod.startswith("app.") and not mod.startswith("app.pull"):
+            if mod.startswith("app.") and not mod.startswith("lnserve.app.pull"):
                 found.add(sub)
     return (found | set(_ENGINE_ERRORS)) - set(_NEVER_RAISED)
 

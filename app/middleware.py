@@ -15,9 +15,9 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import RequestTooLargeError, error_response
-from app.log_setup import ACCESS_LOGGER
-from app.metrics import Metrics
+from lnserve.app.errors import RequestTooLargeError, error_response
+from lnserve.app.log_setup import ACCESS_LOGGER
+from lnserve.app.metrics import Metrics
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

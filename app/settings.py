@@ -15,9 +15,9 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.runtime.engine import BACKENDS, DEFAULT_BACKEND
-from app.runtime.retrieval import SCORERS
-from converters.errors import UserInputError
+from lnserve.app.runtime.engine import BACKENDS, DEFAULT_BACKEND
+from lnserve.app.runtime.retrieval import SCORERS
+from lnserve.converters.errors import UserInputError
 
 
 class InvalidSettingError(UserInputError):

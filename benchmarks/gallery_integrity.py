@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's app, not an installed one
-from app.galleries.store import GalleryStore, ModelRef
-from app.runtime.retrieval import get_kernel, top_k
+from lnserve.app.galleries.store import GalleryStore, ModelRef
+from lnserve.app.runtime.retrieval import get_kernel, top_k
 
 
 def timed(fn: Callable[[], object], reps: int) -> float:

@@ -29,7 +29,7 @@ from tests.support import forged  # noqa: E402
 
 OE_DIR = ROOT / "tests" / "fixtures" / "legacy" / "order_embedding"
 GIB = 1 << 30
-CLI = [sys.executable, "-c", "from app.cli import main; main()", "convert", "order-embedding"]
+CLI = [sys.executable, "-c", "from lnserve.app.cli import main; main()", "convert", "order-embedding"]
 
 
 def _prefix(work: Path, name: str) -> Path:

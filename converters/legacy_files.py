@@ -22,8 +22,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from converters.errors import CorruptFileError, TableMismatchError, shown
-from converters.safe_pickle import py2_strings, safe_load
+from lnserve.converters.errors import CorruptFileError, TableMismatchError, shown
+from lnserve.converters.safe_pickle import py2_strings, safe_load
 
 log = logging.getLogger("lnserve.converters")
 _NUMPY_MULTIARRAY = ("numpy.core.multiarray", "numpy._core.multiarray")

@@ -30,7 +30,7 @@ from typing import IO, Any, ClassVar
 
 import numpy as np
 
-from converters.errors import ConversionError, CorruptFileError, UnsafePickleError, shown
+from lnserve.converters.errors import ConversionError, CorruptFileError, UnsafePickleError, shown
 
 _NP_RECONSTRUCT = np._core.multiarray._reconstruct  # type: ignore[attr-defined]
 _RECONSTRUCT_NAMES = (("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"))

@@ -14,12 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from converters import CONVERTER_VERSION
-from converters.artifact import SKIP_PART_MODULES, finish_manifest, save_weights, staging_dir, write_json
-from converters.detect import detect_cell
-from converters.errors import CorruptFileError, TableMismatchError, UserInputError, shown
-from converters.hashing import sha256_file
-from converters.legacy_files import (
+from lnserve.converters import CONVERTER_VERSION
+from lnserve.converters.artifact import (
+    SKIP_PART_MODULES,
+    finish_manifest,
+    save_weights,
+    staging_dir,
+    write_json,
+)
+from lnserve.converters.detect import detect_cell
+from lnserve.converters.errors import CorruptFileError, TableMismatchError, UserInputError, shown
+from lnserve.converters.hashing import sha256_file
+from lnserve.converters.legacy_files import (
     convert_table,
     int_option,
     open_npz,
@@ -27,7 +33,7 @@ from converters.legacy_files import (
     read_legacy_pickle,
     require_file,
 )
-from converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
+from lnserve.converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
 
 log = logging.getLogger("lnserve.converters")
 

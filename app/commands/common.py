@@ -13,7 +13,7 @@ from typing import Annotated, BinaryIO
 import numpy as np
 import typer
 
-from converters.errors import EncodeInputError, UserInputError
+from lnserve.converters.errors import EncodeInputError, UserInputError
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
 

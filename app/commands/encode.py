@@ -8,9 +8,16 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from app.commands.common import BackendOpt, check_output, load_matrix, progress_bar, read_lines, save_npy
-from app.runtime.engine import DEFAULT_BACKEND, Engine
-from converters.errors import EncodeInputError, UserInputError
+from lnserve.app.commands.common import (
+    BackendOpt,
+    check_output,
+    load_matrix,
+    progress_bar,
+    read_lines,
+    save_npy,
+)
+from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine
+from lnserve.converters.errors import EncodeInputError, UserInputError
 
 
 def encode(
@@ -93,8 +100,8 @@ def score(
     output: Annotated[Path, typer.Option("--output", help="Output error matrix .npy (N x M).")],
 ) -> None:
     """Caption x image error matrix with the model's method (order violation or negative cosine)."""
-    from app.runtime.scoring import error_matrix
-    from converters.artifact import read_artifact
+    from lnserve.app.runtime.scoring import error_matrix
+    from lnserve.converters.artifact import read_artifact
 
     check_output(output)
     artifact = read_artifact(model_dir)

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from app.commands.common import BackendOpt, load_matrix, progress_bar, read_lines
-from app.runtime.engine import DEFAULT_BACKEND
-from converters.errors import EncodeInputError, UserInputError
+from lnserve.app.commands.common import BackendOpt, load_matrix, progress_bar, read_lines
+from lnserve.app.runtime.engine import DEFAULT_BACKEND
+from lnserve.converters.errors import EncodeInputError, UserInputError
 
 gallery_app = typer.Typer(help="Build, list and remove retrieval galleries.", no_args_is_help=True)
 
@@ -28,8 +28,8 @@ DirOpt = Annotated[
 
 def _store(root: Path | None):  # type: ignore[no-untyped-def]
     """The gallery root and scorer come from the flag, else from the service's own settings (LNSERVE_*)."""
-    from app.galleries.store import GalleryStore
-    from app.settings import Settings
+    from lnserve.app.galleries.store import GalleryStore
+    from lnserve.app.settings import Settings
 
     settings = Settings()
     return GalleryStore(root if root is not None else settings.galleries_dir, scorer=settings.scorer)
@@ -69,8 +69,8 @@ def build(
     backend: BackendOpt = DEFAULT_BACKEND,
 ) -> None:
     """Encode captions or image features with MODEL and store them as gallery NAME."""
-    from app.galleries.store import ModelRef
-    from app.runtime.engine import Engine
+    from lnserve.app.galleries.store import ModelRef
+    from lnserve.app.runtime.engine import Engine
 
     if (captions is None) == (images is None):
         raise UserInputError("give exactly one of --captions and --images")
@@ -140,7 +140,7 @@ def rm(
 
 
 def _valid_name(value: str) -> str:
-    from app.galleries.store import check_gallery_name
+    from lnserve.app.galleries.store import check_gallery_name
 
     return check_gallery_name(value)
 
@@ -154,7 +154,7 @@ _SHOWN_IDS = 10
 def check(name: NameArg, galleries_dir: DirOpt = None, as_json: JsonOpt = False) -> None:
     """Verify gallery NAME offline without changing it: its files, counters and every row against its
     checksum. Exit 0 when healthy, 2 (with the reason) when damaged."""
-    from app.galleries.errors import GalleryCorruptError
+    from lnserve.app.galleries.errors import GalleryCorruptError
 
     report = _store(galleries_dir).check(name)
     if as_json:

@@ -31,10 +31,10 @@ def serve(
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
     import uvicorn
 
-    from app.log_setup import configure_logging
-    from app.main import create_app
-    from app.registry import resolve_model_dirs
-    from app.settings import load_settings
+    from lnserve.app.log_setup import configure_logging
+    from lnserve.app.main import create_app
+    from lnserve.app.registry import resolve_model_dirs
+    from lnserve.app.settings import load_settings
 
     overrides: dict[str, Any] = {
         k: v

@@ -5,7 +5,7 @@ Layout of ``ROOT/NAME/``:
 * ``gallery.sqlite`` (WAL, synchronous=FULL): ``meta`` (the gallery's identity: kind, dim, model name and
   model identity, family, method), ``counters`` (``n_rows`` acknowledged vector rows, ``n_deleted``),
   ``items`` (``pos`` = row in the vector file, unique string ``id``, JSON ``payload``) and ``blocks`` (one
-  CRC-32 per append of rows: ``app.galleries.integrity``).
+  CRC-32 per append of rows: ``lnserve.app.galleries.integrity``).
 * ``vectors.f32``: raw little-endian float32 rows, append-only, memory-mapped for scoring.
 * ``write.lock``: ``flock`` serialising writers across threads and processes.
 
@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from app.galleries import integrity
-from app.galleries.errors import (
+from lnserve.app.galleries import integrity
+from lnserve.app.galleries.errors import (
     DuplicateItemError,
     GalleryCorruptError,
     GalleryExistsError,
@@ -57,9 +57,9 @@ from app.galleries.errors import (
     GalleryNotFoundError,
     ItemNotFoundError,
 )
-from app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
-from converters.artifact import FAMILIES, MANIFEST, model_identity, unexported_manifest_sha256
-from converters.hashing import sha256_file
+from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
+from lnserve.converters.artifact import FAMILIES, MANIFEST, model_identity, unexported_manifest_sha256
+from lnserve.converters.hashing import sha256_file
 
 log = logging.getLogger("lnserve.galleries")
 
@@ -81,7 +81,7 @@ _MALFORMED_BLOCK = "typeof(n) != 'integer' OR typeof(crc32) != 'integer'"
 
 def default_root() -> Path:
     """``~/.local/share/lnserve/galleries``: the root when none is given (``LNSERVE_GALLERIES_DIR`` is read
-    by ``app.settings.Settings``, whose ``galleries_dir`` callers pass)."""
+    by ``lnserve.app.settings.Settings``, whose ``galleries_dir`` callers pass)."""
     return Path.home() / ".local" / "share" / "lnserve" / "galleries"
 
 

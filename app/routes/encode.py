@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from app.deps import RegistryDep, cancel_on_disconnect
-from app.schemas import (
+from lnserve.app.deps import RegistryDep, cancel_on_disconnect
+from lnserve.app.schemas import (
     EncodeImagesRequest,
     EncodeImagesResponse,
     EncodeRequest,

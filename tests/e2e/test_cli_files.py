@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.commands.encode import IMAGE_CHUNK
-from app.runtime.engine import Engine
-from converters.order_embedding import read_order_embedding, write_order_embedding
+from lnserve.app.commands.encode import IMAGE_CHUNK
+from lnserve.app.runtime.engine import Engine
+from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import run_cli
 from tests.support.broken import OE_DIR
 
 Proc = subprocess.CompletedProcess[str]
-CLI = [sys.executable, "-c", "from app.cli import main; main()"]
+CLI = [sys.executable, "-c", "from lnserve.app.cli import main; main()"]
 CAPTIONS = "a dog\na cat on a mat\na man riding a horse\na red car\nthe sky\n"
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.registry import resolve_model_dirs
-from app.settings import Settings
+from lnserve.app.registry import resolve_model_dirs
+from lnserve.app.settings import Settings
 from tests.conftest import LEGACY, run_cli
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from converters.order_embedding import read_order_embedding, write_order_embedding
+from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import run_cli
 from tests.support.broken import OE_DIR
 
@@ -32,7 +32,7 @@ def run_env(*args: str, env: dict[str, str] | None = None) -> Proc:
     """``run_cli`` with ``LNSERVE_*`` cleared from the environment, then ``env`` added."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LNSERVE_")}
     return subprocess.run(
-        [sys.executable, "-c", "from app.cli import main; main()", *args],
+        [sys.executable, "-c", "from lnserve.app.cli import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=300,

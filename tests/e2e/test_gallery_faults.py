@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from app.galleries.store import GalleryStore, ModelRef
-from app.runtime.engine import Engine
-from converters.hashing import sha256_file
+from lnserve.app.galleries.store import GalleryStore, ModelRef
+from lnserve.app.runtime.engine import Engine
+from lnserve.converters.hashing import sha256_file
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import start_server
 

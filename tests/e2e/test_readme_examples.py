@@ -212,7 +212,7 @@ def make_workdir(work: Path) -> dict[str, str]:
     venv_bin.mkdir(parents=True)
     lnserve = venv_bin / "lnserve"
     lnserve.write_text(
-        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "from app.cli import main; main()" "$@"\n'
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "from lnserve.app.cli import main; main()" "$@"\n'
     )
     lnserve.chmod(0o755)
     oe, st = LEGACY / "order_embedding", LEGACY / "skipthoughts_lngru"

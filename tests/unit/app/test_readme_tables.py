@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import app.main
-from app.errors import http_error_codes
-from app.galleries.store import GalleryStore, default_root
-from app.routes import ROUTER_MODULES
-from app.settings import Settings
+from lnserve.app.errors import http_error_codes
+from lnserve.app.galleries.store import GalleryStore, default_root
+from lnserve.app.routes import ROUTER_MODULES
+from lnserve.app.settings import Settings
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 _CODE = re.compile(r"`([a-z_]+)`")

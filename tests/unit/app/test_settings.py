@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.runtime.engine import DEFAULT_BACKEND
-from app.settings import InvalidSettingError, Settings, load_settings
+from lnserve.app.runtime.engine import DEFAULT_BACKEND
+from lnserve.app.settings import InvalidSettingError, Settings, load_settings
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.errors import CorruptFileError, TableMismatchError
-from converters.legacy_files import convert_table, read_dictionary, read_npz
-from converters.order_embedding import read_order_embedding
-from converters.skip_thoughts import read_skip_half
+from lnserve.converters.errors import CorruptFileError, TableMismatchError
+from lnserve.converters.legacy_files import convert_table, read_dictionary, read_npz
+from lnserve.converters.order_embedding import read_order_embedding
+from lnserve.converters.skip_thoughts import read_skip_half
 from tests.conftest import LEGACY, ST_VARIANTS
 from tests.support import forged
 from tests.support.broken import OE_DIR, copy_oe, copy_st, npy_bytes, truncated

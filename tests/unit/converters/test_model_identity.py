@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
-from converters.onnx_export import export_onnx
+from lnserve.converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
+from lnserve.converters.onnx_export import export_onnx
 
 
 def _manifest(path: Path) -> dict[str, Any]:

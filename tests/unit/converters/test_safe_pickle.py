@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.errors import CorruptFileError, UnsafePickleError
-from converters.legacy_files import convert_table, read_legacy_pickle
-from converters.order_embedding import read_order_embedding
-from converters.safe_pickle import RestrictedUnpickler, safe_loads
+from lnserve.converters.errors import CorruptFileError, UnsafePickleError
+from lnserve.converters.legacy_files import convert_table, read_legacy_pickle
+from lnserve.converters.order_embedding import read_order_embedding
+from lnserve.converters.safe_pickle import RestrictedUnpickler, safe_loads
 from tests.support import forged
 from tests.support.broken import OE_DIR, copy_oe, hostile_pickle, hostile_table
 from tests.support.legacy_format import npy_object_header
