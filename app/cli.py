@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Annotated, NoReturn
 
-import click
 import typer
 
 from lnserve.app.commands import convert, encode, eval, gallery, model, pull, serve, train
@@ -22,12 +23,30 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version() -> str:
+    try:
+        return package_version("lnserve")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"lnserve {_version()}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
 ) -> None:
     """lnserve: faithful serving of the layer-normalisation-era encoders."""
     logging.basicConfig(
@@ -40,20 +59,17 @@ for _commands in (convert, encode, model, serve, pull, gallery, eval, train):
 
 
 def main() -> None:
-    """Console entry point: one-line errors, exit 2 for bad input, 1 for internal failures."""
+    """Console entry point: one-line errors, exit 2 for bad input or usage, 1 for internal failures."""
     debug = "--debug" in sys.argv[1:]
     try:
-        app(standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+        code = app(prog_name="lnserve", standalone_mode=False)
+    except typer.Abort:
         typer.echo("lnserve: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
+    except typer.TyperException as exc:  # usage mistakes (typer >= 0.28 vendors click's exceptions)
         if debug:
             raise
-        typer.echo(f"lnserve: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
+        _usage_error(exc)
     except LnserveError as exc:
         if debug:
             raise
@@ -64,6 +80,19 @@ def main() -> None:
             raise
         typer.echo(f"lnserve: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)  # typer.Exit (--help, --version, Ctrl-C) returns its code
+
+
+def _usage_error(exc: typer.TyperException) -> NoReturn:
+    """One line (``lnserve: error [usage_error]: ...``) and exit 2, whatever typer's exception class."""
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "lnserve"
+    if type(exc).__name__ == "NoArgsIsHelpError":  # typer printed the help on stdout already
+        message = f"missing command; choose one of the commands above (see `{command} --help`)"
+    else:
+        message = " ".join(exc.format_message().split()) + f" (see `{command} --help`)"
+    typer.echo(f"lnserve: error [usage_error]: {message}", err=True)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,15 @@ LnserveError
 │       ├── DuplicateItemError    (duplicate_item, 409)    item id already in the gallery or the batch
 │       ├── GalleryMismatchError  (gallery_mismatch, 422)  model or item / query kind not the gallery's
 │       └── GalleryInputError     (invalid_input, 422)     bad name, vector shape, k, payload
-├── GalleryCorruptError        (gallery_corrupt, 500)     vector file shorter than the database says
+├── GalleryCorruptError        (gallery_corrupt, 503)     gallery files damaged: that gallery is quarantined
 ├── NotReadyError              (not_ready, 503)           models still loading / warming up
 ├── QueueFullError             (queue_full, 429)          the model's queue is full; has Retry-After
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
 
 Framework exceptions are in ``ERROR_TABLE``. Anything else is a generic 500 ``internal_error`` that carries
-the request id; the traceback goes to the log only.
+the request id; the traceback goes to the log only. ``http_error_codes()`` is the whole code -> status table
+(the README's errors table is tested against it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from lnserve.app.batcher import QueueFullError, ShuttingDownError
-from lnserve.converters.errors import LnserveError, UserInputError
+from lnserve.app.galleries.errors import GalleryError
+from lnserve.converters.errors import EncodeInputError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
 
@@ -110,6 +112,40 @@ HTTP_STATUS_CODES: dict[int, str] = {
     413: "request_too_large",
     415: "unsupported_media_type",
 }
+ROUTING_STATUSES = (404, 405)  # what Starlette's router answers by itself (unknown path, wrong method)
+_ENGINE_ERRORS: tuple[type[LnserveError], ...] = (UserInputError, EncodeInputError)  # raised by the engine
+_NEVER_RAISED: tuple[type[LnserveError], ...] = (GalleryError,)  # bases: only their subclasses are raised
+
+
+def _service_error_classes() -> set[type[LnserveError]]:
+    """The LnserveError classes the service's own modules define (``lnserve.app.pull`` is CLI-only), plus the
+    engine's input errors. Classes are found as loaded: the app factory has imported every route by then."""
+    found: set[type[LnserveError]] = set()
+    todo: list[type[LnserveError]] = [LnserveError]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            mod = sub.__module__
+            if mod.startswith("lnserve.app.") and not mod.startswith("lnserve.app.pull"):
+                found.add(sub)
+    return (found | set(_ENGINE_ERRORS)) - set(_NEVER_RAISED)
+
+
+def http_error_codes() -> dict[str, int]:
+    """Every ``error.code`` the service can answer with, and its HTTP status.
+
+    Raises:
+        ValueError: one code would be sent with two statuses (codes must be stable).
+    """
+    pairs = [(cls.code, cls.http_status) for cls in _service_error_classes()]
+    pairs += [(code, status) for status, code in ERROR_TABLE.values()]
+    pairs += [(HTTP_STATUS_CODES[s], s) for s in ROUTING_STATUSES]
+    pairs.append(("internal_error", 500))
+    table: dict[str, int] = {}
+    for code, status in sorted(pairs):
+        if table.setdefault(code, status) != status:
+            raise ValueError(f"error code {code!r} has two HTTP statuses: {table[code]} and {status}")
+    return table
 
 
 def error_response(

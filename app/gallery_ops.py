@@ -50,8 +50,8 @@ def model_for(registry: ModelRegistry, info: GalleryInfo, requested: str | None)
 
     Raises:
         ModelNotFoundError: the request names a model this server does not serve.
-        GalleryMismatchError: the model differs from the gallery's (by manifest sha256), or the gallery's
-            model is not served here.
+        GalleryMismatchError: the model differs from the gallery's (by model identity: weights,
+            vocabulary, cell, options), or the gallery's model is not served here.
         NotReadyError: the model is still loading.
     """
     if requested is not None:
@@ -64,11 +64,10 @@ def model_for(registry: ModelRegistry, info: GalleryInfo, requested: str | None)
                 f"gallery {info.name!r} was embedded with model {info.model!r}, which this server does "
                 "not serve"
             ) from None
-    ref = entry.model_ref()
-    if ref.sha256 != info.model_sha256:
+    if not entry.model_ref().matches(info):
         raise GalleryMismatchError(
-            f"gallery {info.name!r} was embedded with model {info.model!r} (manifest sha256 "
-            f"{info.model_sha256[:12]}), not {entry.name!r} ({ref.sha256[:12]})"
+            f"gallery {info.name!r} was embedded with model {info.model!r}, not with {entry.name!r} "
+            "(different weights, vocabulary, cell or options)"
         )
     return entry
 

@@ -14,11 +14,13 @@ from contextlib import asynccontextmanager, suppress
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 
 from lnserve.app.deps import require_api_key
 from lnserve.app.errors import install_error_handlers
 from lnserve.app.galleries.demo import install_demo_gallery
-from lnserve.app.galleries.store import GalleryStore
+from lnserve.app.galleries.errors import GalleryCorruptError
+from lnserve.app.galleries.store import CorruptGallery, GalleryEntry, GalleryInfo, GalleryStore
 from lnserve.app.gallery_ops import warm_scorer
 from lnserve.app.metrics import Metrics
 from lnserve.app.middleware import RequestContextMiddleware
@@ -52,32 +54,49 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 async def _load(app: FastAPI) -> None:
-    """Background start-up: the demo gallery first (when the demo model is served), then the models, so
-    that ``/ready`` implies both."""
+    """Background start-up: every gallery verified against its checksums, the demo gallery (when the demo
+    model is served), then the models, so that ``/ready`` implies all three."""
     settings: Settings = app.state.settings
+    try:
+        _log_quarantined(await asyncio.to_thread(app.state.galleries.verify_all))
+    except Exception:  # each gallery is also verified on first use: never stop the models over this
+        log.exception("could not verify the galleries")
     if not settings.models:
         try:
             info = await asyncio.to_thread(install_demo_gallery, app.state.galleries)
             log.info("demo gallery %s ready (%d images)", info.name, info.count)
             warm_scorer(app.state.galleries)
+        except GalleryCorruptError as exc:
+            log.error("demo gallery not installed: %s", exc)
         except Exception:  # the demo gallery is a convenience: never fail serving over it
             log.exception("could not install the demo gallery")
     await app.state.registry.load()
 
 
 async def _open_galleries(store: GalleryStore) -> None:
-    """List the galleries (a broken root fails startup, not the first query); warm the scorer they need."""
+    """Clean what crashed creations left, list the galleries (a broken root fails startup, not the first
+    query; a damaged gallery is quarantined, never fatal); warm the scorer they need."""
+    for leftover in await asyncio.to_thread(store.clean_leftovers):
+        log.info("removed %s left in %s by an interrupted create or remove", leftover, store.root)
     galleries = await asyncio.to_thread(store.list)
     names = ", ".join(g.name for g in galleries) or "-"
-    log.info("%d galleries in %s: %s", len(galleries), store.root, names)
-    if any(g.metric == "order_violation" for g in galleries):
+    log.info("%d galleries in %s: %s", len(galleries), store.root, names)  # faults: logged by _load
+    if any(isinstance(g, GalleryInfo) and g.metric == "order_violation" for g in galleries):
         warm_scorer(store)
+
+
+def _log_quarantined(galleries: list[GalleryEntry]) -> None:
+    for g in galleries:
+        if isinstance(g, CorruptGallery):
+            log.error("gallery %s is corrupt and quarantined (503 gallery_corrupt): %s", g.name, g.reason)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; with no settings, read them from ``LNSERVE_*`` environment variables."""
     settings = settings or Settings()
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI / ReDoc from assets shipped in the fastapi-offline wheel (served
+    # under /static-offline-docs), not from a CDN: an offline or air-gapped host still gets its docs
+    app = FastAPIOffline(
         title="lnserve",
         summary="Sentence (and image) encoders of the layer-normalisation era, served over HTTP.",
         lifespan=lifespan,
@@ -85,10 +104,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics = Metrics()
     app.state.registry = ModelRegistry(settings, observer=metrics)
-    app.state.galleries = GalleryStore(settings.galleries_dir)
+    app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
     for name in ROUTER_MODULES:
-        module = importlib.import_module(f"app.routes.{name}")
+        module = importlib.import_module(f"lnserve.app.routes.{name}")
         public = getattr(module, "PUBLIC", False)
         app.include_router(
             module.router,

@@ -81,7 +81,7 @@ class ModelEntry:
     batcher: MicroBatcher
     settings: Settings
     engine: Engine | None = None
-    ref: ModelRef | None = None  # identity galleries pin (manifest sha256); set with the engine
+    ref: ModelRef | None = None  # identity galleries pin (weights, vocab, cell, options); set with engine
     state: State = "pending"
     error: str | None = field(default=None, repr=False)
 
@@ -119,6 +119,10 @@ class ModelEntry:
         return await asyncio.to_thread(
             self.prepare, sentences, pretokenized=pretokenized, eos=eos, truncate=truncate
         )
+
+    def unk_counts(self, seqs: list[list[int]]) -> list[int]:
+        """Per sequence from ``prepare``: tokens that mapped to UNK."""
+        return self._engine().unk_counts(seqs)
 
     async def encode_ids(self, seqs: list[list[int]], *, normalize: bool | None) -> np.ndarray:
         norm = self._engine().defaults["normalize"] if normalize is None else normalize

@@ -61,6 +61,10 @@ class EncodeResponse(BaseModel):
     encoding: Encoding
     vectors: list[list[float]] | list[str]
     token_counts: list[int] = Field(description="Steps run per sentence, eos included.")
+    unk_counts: list[int] = Field(
+        description="Of those, tokens the model does not know (mapped to UNK): a sentence made mostly of "
+        "them gets a near-arbitrary vector."
+    )
 
 
 class EncodeImagesRequest(BaseModel):

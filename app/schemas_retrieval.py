@@ -6,15 +6,16 @@ both modules share the conventions: ``extra="forbid"`` on requests, limits state
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lnserve.app.galleries.store import KINDS, MAX_K, MAX_QUERIES
+from lnserve.app.galleries.store import GALLERY_NAME_PATTERN, GALLERY_NAME_RULE, KINDS, MAX_K, MAX_QUERIES
 
 GalleryKind = Literal["images", "captions"]
 assert set(GalleryKind.__args__) == set(KINDS)  # type: ignore[attr-defined]  # one list of kinds
-GALLERY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# pydantic's (Rust) regex: ``$`` is the end of the text, never before a trailing newline
+GALLERY_NAME = f"^{GALLERY_NAME_PATTERN}$"
 ItemId = Field(min_length=1, max_length=256, description="Unique within the gallery.")
 ModelField = Field(
     None, description="Model name (see GET /models); must be the gallery's model. Default: the gallery's."
@@ -31,18 +32,27 @@ class ScoreInfo(BaseModel):
 class GalleryCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=GALLERY_NAME, description="Letters, digits, '.', '_', '-'; up to 128.")
+    name: str = Field(pattern=GALLERY_NAME, description=f"Gallery name: {GALLERY_NAME_RULE}.")
     kind: GalleryKind = Field(description="What the items are: images (features) or captions (text).")
     model: str | None = Field(None, description="Model that embeds the items (default: the default model).")
 
 
+IDENTITY_DOC = (
+    "The model's identity (sha256 over its weights, vocabulary, cell and options): queries must come from "
+    "a model with the same one. null: a gallery made before identities, still pinned by model_sha256."
+)
+
+
 class GalleryOut(BaseModel):
     name: str
+    state: Literal["ok"] = Field("ok", description="ok: servable (see CorruptGalleryOut).")
+    reason: None = None
     kind: GalleryKind
     count: int = Field(description="Live items.")
     dim: int
     model: str
-    model_sha256: str = Field(description="sha256 of the model's manifest.json: queries must match it.")
+    model_identity: str | None = Field(description=IDENTITY_DOC)
+    model_sha256: str = Field(description="sha256 of the model's manifest.json when the gallery was made.")
     family: str
     method: str
     metric: str
@@ -51,18 +61,42 @@ class GalleryOut(BaseModel):
     uid: str
 
 
+class CorruptGalleryOut(BaseModel):
+    """A quarantined gallery: its files are damaged; every use answers 503 ``gallery_corrupt`` until it is
+    repaired (``lnserve gallery repair``) or removed. Fields its database can no longer tell are null."""
+
+    name: str
+    state: Literal["corrupt"]
+    reason: str = Field(description="What is damaged.")
+    kind: GalleryKind | None = None
+    count: int | None = None
+    dim: int | None = None
+    model: str | None = None
+    model_identity: str | None = None
+    model_sha256: str | None = None
+    family: str | None = None
+    method: str | None = None
+    metric: str | None = None
+    score: ScoreInfo | None = None
+    created_at: float | None = None
+    uid: str | None = None
+
+
 class GalleryList(BaseModel):
-    galleries: list[GalleryOut]
+    galleries: list[Annotated[GalleryOut | CorruptGalleryOut, Field(discriminator="state")]]
 
 
 class GallerySummary(BaseModel):
-    """One line of ``/info``."""
+    """One line of ``/info``; a quarantined gallery has state ``corrupt``, a reason, and nulls for what its
+    database can no longer tell."""
 
     name: str
-    kind: GalleryKind
-    model: str
-    count: int
-    metric: str
+    state: Literal["ok", "corrupt"]
+    reason: str | None = None
+    kind: GalleryKind | None
+    model: str | None
+    count: int | None
+    metric: str | None
 
 
 class ItemIn(BaseModel):

@@ -1,18 +1,30 @@
 """Service settings: one pydantic-settings class, each field also the ``LNSERVE_<FIELD>`` variable.
 
 Built by the app factory (or the ``serve`` command), never at import, so tests pass their own.
+``load_settings`` turns pydantic's validation dump into one ``InvalidSettingError`` (code ``invalid_setting``,
+CLI exit 2) that names the variable or flag and what it accepts.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from lnserve.app.runtime.engine import BACKENDS, DEFAULT_BACKEND
+from lnserve.app.runtime.retrieval import SCORERS
+from lnserve.converters.errors import UserInputError
+
+
+class InvalidSettingError(UserInputError):
+    """A setting (``LNSERVE_*`` variable or ``serve`` flag) has a value it cannot take: a configuration
+    mistake, reported as one line (CLI exit 2), not as a validation dump."""
+
+    code = "invalid_setting"
 
 
 def _default_threads() -> int:
@@ -57,6 +69,11 @@ class Settings(BaseSettings):
     )
     galleries_dir: Path | None = Field(
         None, description="Root of the retrieval galleries (default ~/.local/share/lnserve/galleries)."
+    )
+    scorer: str = Field(
+        "auto",
+        description=f"Order-violation retrieval kernel: {', '.join(SCORERS)} "
+        "(auto: compiled when a C compiler is found, else numpy).",
     )
 
     # network
@@ -106,6 +123,13 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown backend {value!r}; expected one of {', '.join(BACKENDS)}")
         return value
 
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, value: str) -> str:
+        if value.lower() not in SCORERS:
+            raise ValueError(f"unknown scorer {value!r}; expected one of {', '.join(SCORERS)}")
+        return value.lower()
+
     def limits(self) -> dict[str, int | float]:
         """The limits a client needs to know (reported by ``/info``)."""
         return {
@@ -117,3 +141,57 @@ class Settings(BaseSettings):
             "max_wait_ms": self.max_wait_ms,
             "max_queue": self.max_queue,
         }
+
+
+# what a setting accepts, where its type and bounds do not say it (a validator checks it)
+_ALLOWED = {"backend": f"one of {', '.join(BACKENDS)}"}
+_LIST_FIELDS = ("models", "providers", "cors_origins")
+
+
+def load_settings(flags: dict[str, Any] | None = None) -> Settings:
+    """``Settings`` from the environment and ``flags`` (the ``serve`` options, named ``--<field>``).
+
+    A bad value raises ``InvalidSettingError`` naming where it came from and what is allowed."""
+    flags = flags or {}
+    try:
+        return Settings(**flags)
+    except ValidationError as exc:
+        problems = [_describe(err, flags) for err in exc.errors()]
+        raise InvalidSettingError("; ".join(dict.fromkeys(problems))) from None
+
+
+def _describe(err: Any, flags: dict[str, Any]) -> str:
+    """``LNSERVE_PORT='abc': port must be an integer from 0 to 65535`` for one pydantic error."""
+    name = str(err["loc"][0]) if err["loc"] else ""
+    field = Settings.model_fields.get(name)
+    value = "<hidden>" if name == "api_key" else repr(err.get("input"))
+    flag = f"--{name.replace('_', '-')} {value}"
+    source = flag if name in flags else f"LNSERVE_{name.upper()}={value}"
+    allowed = _allowed(name, field) if field is not None else None
+    if allowed is None:
+        reason = str(err["msg"]).removeprefix("Value error, ")
+        return f"{source}: {reason}"
+    return f"{source}: {name} must be {allowed}"
+
+
+def _allowed(name: str, field: FieldInfo) -> str | None:
+    """What a field accepts, in words, from its type and bounds (None: let pydantic's message speak)."""
+    if name in _ALLOWED:
+        return _ALLOWED[name]
+    if name in _LIST_FIELDS:
+        return "a comma-separated list or a JSON list"
+    kind = field.annotation
+    if get_origin(kind) is Literal:
+        return "one of " + ", ".join(str(v) for v in get_args(kind))
+    if kind is bool:
+        return "true or false"
+    words = {int: "an integer", float: "a number"}.get(kind) if isinstance(kind, type) else None
+    if words is None:
+        return None
+    ge = next((m.ge for m in field.metadata if hasattr(m, "ge")), None)
+    le = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+    if ge is not None and le is not None:
+        return f"{words} from {ge} to {le}"
+    if ge is not None:
+        return f"{words} >= {ge}"
+    return words

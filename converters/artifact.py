@@ -38,9 +38,22 @@ SKIP_PART_MODULES: dict[str, dict[str, str]] = {
 _HASH_ON_LOAD_LIMIT = 256 << 20  # files larger than this (word tables) are checked by size, not hash
 
 
+def model_name(out: Path, name: str | None = None) -> str:
+    """The one naming rule for converted, pulled and trained models: ``name`` if given, else the artifact
+    directory's own name (what the server falls back to when a manifest has no name)."""
+    return name or Path(os.path.abspath(out)).name
+
+
 @contextmanager
 def staging_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory next to ``out``; on success it atomically becomes ``out``."""
+    """Yield a temporary directory next to ``out``; on success it atomically becomes ``out``.
+
+    A symlinked ``out`` is refused: resolving it would make ``--force`` replace the link's target.
+    """
+    if out.is_symlink():
+        raise ArtifactError(
+            f"{out}: output path is a symbolic link (to {os.readlink(out)}); give the real directory instead"
+        )
     out = out.resolve()
     if out.exists() and not overwrite and any(out.iterdir()):
         raise ArtifactError(f"{out}: output directory exists and is not empty (use --force to replace it)")
@@ -60,8 +73,55 @@ def staging_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
 def write_json(path: Path, obj: Any) -> None:
     """Write via a temporary file and a rename, so a manifest being rewritten is never seen half-written."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_bytes(json_bytes(obj))
     os.replace(tmp, path)
+
+
+# What a model's vectors depend on, besides the files: manifest sections and option keys. Everything else
+# (name, description, notes, sources, training, pull, onnx, format and converter versions) is provenance.
+_IDENTITY_SECTIONS = ("family", "cell", "cell_options", "parts", "dims", "options", "tokenizer", "defaults")
+_NON_VECTOR_OPTIONS = frozenset({"margin", "encoder_in_options"})  # training loss margin; legacy cell label
+_DERIVED_FILES = "onnx/"  # graphs exported from the weights: the backend never changes a vector
+IDENTITY_VERSION = 1
+
+
+def model_identity(manifest: Mapping[str, Any]) -> str:
+    """sha256 of what determines a model's vectors: the sha256 of every source file the manifest records
+    (weights, vocabulary, word tables) and the vector-relevant sections (family, cell(s) and their options,
+    dims, scoring options, tokenizer, defaults). Galleries pin it instead of the manifest's bytes, so
+    ``lnserve export`` (which rewrites the manifest) or a rename never orphans a gallery, while any change
+    of weights, vocabulary, cell or options does."""
+    files = manifest.get("files") or {}
+    doc: dict[str, Any] = {key: manifest.get(key) for key in _IDENTITY_SECTIONS}
+    doc["options"] = {
+        k: v for k, v in (manifest.get("options") or {}).items() if k not in _NON_VECTOR_OPTIONS
+    }
+    doc["files"] = {
+        name: meta.get("sha256") if isinstance(meta, Mapping) else meta
+        for name, meta in files.items()
+        if not name.startswith(_DERIVED_FILES)
+    }
+    doc["identity_version"] = IDENTITY_VERSION
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def json_bytes(obj: Any) -> bytes:
+    """The bytes ``write_json`` writes (manifests, vocabularies): one definition of the format."""
+    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def unexported_manifest_sha256(manifest: Mapping[str, Any]) -> str | None:
+    """sha256 of this manifest as it was before ``lnserve export`` added its ``onnx`` section and graph files
+    (None when it was never exported). Galleries made before model identities pinned those bytes; this
+    recognises them even when the model was exported after the gallery was built."""
+    if "onnx" not in manifest:
+        return None
+    before = {key: value for key, value in manifest.items() if key != "onnx"}
+    files = manifest.get("files")
+    if isinstance(files, Mapping):
+        before["files"] = {n: meta for n, meta in files.items() if not n.startswith(_DERIVED_FILES)}
+    return hashlib.sha256(json_bytes(before)).hexdigest()
 
 
 def finish_manifest(tmp: Path, manifest: dict[str, Any]) -> dict[str, Any]:

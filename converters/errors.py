@@ -116,3 +116,11 @@ class OnnxModelError(ArtifactError):
     """An exported ONNX graph is missing, corrupt, or from an incompatible exporter version."""
 
     code = "onnx_model_invalid"
+
+
+def shown(text: str) -> str:
+    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``...), so that a name taken from
+    a hostile file cannot drive the terminal it is printed on; printable Unicode stays as it is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

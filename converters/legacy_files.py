@@ -1,21 +1,45 @@
 """Readers for the legacy on-disk formats. ``allow_pickle`` is never turned on: object arrays go through
-the restricted unpickler instead."""
+the restricted unpickler instead.
+
+Archives are hostile input too: an ``.npz`` is opened without decompressing anything, only the members a
+converter asks for are read, each bounded by the shape its own header declares, and a member that expands
+beyond ``MAX_RATIO`` is refused before it is inflated (a 2 MB zip bomb can declare 8 GiB).
+"""
 
 from __future__ import annotations
 
 import logging
+import math
+import operator
+import os
 import zipfile
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from lnserve.converters.errors import CorruptFileError, TableMismatchError
+from lnserve.converters.errors import CorruptFileError, TableMismatchError, shown
 from lnserve.converters.safe_pickle import py2_strings, safe_load
 
 log = logging.getLogger("lnserve.converters")
 _NUMPY_MULTIARRAY = ("numpy.core.multiarray", "numpy._core.multiarray")
+MAX_RATIO = 100  # np.savez stores members (1:1) and float weights deflate to about 1.1:1
+_RATIO_FLOOR = 1 << 20  # a member this small is harmless whatever its ratio
+_CHUNK = 1 << 20
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+)  # RuntimeError: an encrypted member
 
 
 def require_file(path: Path) -> Path:
@@ -24,15 +48,126 @@ def require_file(path: Path) -> Path:
     return path
 
 
-def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """All arrays of a ``numpy.savez`` archive; a truncated or pickled archive is a CorruptFileError."""
+@dataclass(frozen=True)
+class NpyHeader:
+    """What a member's ``.npy`` header declares; ``check_params`` reads ``shape`` and ``dtype`` from it."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran: bool
+    offset: int  # where the data starts
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+class NpzArchive:
+    """An open ``.npz``: its array names are known, nothing is decompressed until a member is asked for."""
+
+    def __init__(self, path: Path, zf: zipfile.ZipFile, size: int) -> None:
+        self.path, self._zf, self._size = path, zf, size
+        members: dict[str, zipfile.ZipInfo] = {}
+        for info in zf.infolist():
+            key = info.filename.removesuffix(".npy")
+            if key in members:
+                raise CorruptFileError(f"{path}: member {shown(info.filename)!r} appears more than once")
+            members[key] = info
+        self._members = members
+        self.keys = list(members)
+
+    def headers(self, keys: Iterable[str]) -> dict[str, NpyHeader]:
+        """The headers of those ``keys`` that are present (checked against the member's sizes)."""
+        return {k: self._header(k) for k in keys if k in self._members}
+
+    def arrays(self, keys: Iterable[str]) -> dict[str, np.ndarray]:
+        """The arrays of those ``keys`` that are present, each read no further than its header declares."""
+        return {k: self._array(k) for k in keys if k in self._members}
+
+    def _fail(self, key: str, why: str) -> CorruptFileError:
+        return CorruptFileError(f"{self.path}: member {shown(self._members[key].filename)!r} {why}")
+
+    def _header(self, key: str) -> NpyHeader:
+        info = self._members[key]
+        if info.compress_size > self._size:
+            raise self._fail(
+                key, f"claims {info.compress_size} compressed bytes, more than the whole archive"
+            )
+        if info.file_size > _RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+            ratio = info.file_size / max(info.compress_size, 1)
+            raise self._fail(
+                key,
+                f"expands {ratio:,.0f}:1 to {info.file_size:,} bytes (limit {MAX_RATIO}:1): "
+                "refusing a likely zip bomb",
+            )
+        try:
+            with self._zf.open(info) as f:
+                shape, fortran, dtype = _read_npy_header(f, self.path)
+                header = NpyHeader(tuple(shape), dtype, bool(fortran), f.tell())
+        except CorruptFileError as exc:
+            raise self._fail(key, f"is not a .npy array ({exc})") from None
+        except _ZIP_ERRORS as exc:
+            raise self._fail(key, f"is unreadable ({shown(str(exc))})") from None
+        if dtype.hasobject:
+            raise self._fail(key, "holds Python objects (refused: parameters are plain arrays)")
+        if info.file_size != header.offset + header.nbytes:
+            raise self._fail(
+                key,
+                f"is {info.file_size:,} bytes but its header declares {header.shape} of {dtype.str} "
+                f"({header.offset + header.nbytes:,} bytes)",
+            )
+        return header
+
+    def _array(self, key: str) -> np.ndarray:
+        header = self._header(key)
+        flat = np.empty(math.prod(header.shape), dtype=header.dtype)
+        raw = flat.view(np.uint8).reshape(-1) if flat.size else np.empty(0, np.uint8)
+        try:
+            with self._zf.open(self._members[key]) as f:
+                f.seek(header.offset)
+                filled = 0
+                while filled < header.nbytes:  # zipfile checks the CRC once the last byte is read
+                    got = f.readinto(memoryview(raw[filled : filled + _CHUNK]))
+                    if not got:
+                        raise self._fail(key, f"ends after {filled:,} of {header.nbytes:,} data bytes")
+                    filled += got
+        except _ZIP_ERRORS as exc:
+            raise self._fail(key, f"is unreadable ({shown(str(exc))})") from None
+        return flat.reshape(header.shape, order="F" if header.fortran else "C")
+
+
+@contextmanager
+def open_npz(path: Path) -> Iterator[NpzArchive]:
+    """Open a ``numpy.savez`` archive; a truncated or non-zip file, or a duplicated member, is corrupt."""
     require_file(path)
+    # open the file ourselves: zipfile leaks nothing, np.load(path) leaked its handle on a truncated directory
+    with path.open("rb") as fh:
+        try:
+            zf = zipfile.ZipFile(fh)
+        except _ZIP_ERRORS as exc:
+            raise CorruptFileError(f"{path}: not a readable .npz archive ({shown(str(exc))})") from None
+        with zf:
+            yield NpzArchive(path, zf, os.fstat(fh.fileno()).st_size)
+
+
+def read_npz(path: Path, keys: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` archive (only ``keys`` when given); see ``NpzArchive``."""
+    with open_npz(path) as npz:
+        return npz.arrays(npz.keys if keys is None else keys)
+
+
+def int_option(options: Mapping[str, Any], key: str, source: Path) -> int:
+    """A positive integer option (a dimension); anything else is a clear error, not a crash later."""
+    value = options[key]
     try:
-        # open the file ourselves: np.load(path) leaks its handle when the zip directory is truncated
-        with path.open("rb") as fh, np.load(fh, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as exc:
-        raise CorruptFileError(f"{path}: not a readable .npz archive ({exc})") from None
+        number = operator.index(value)
+    except TypeError:
+        number = 0
+    if number < 1 or isinstance(value, bool):
+        raise CorruptFileError(
+            f"{source}: option {key} must be a positive integer, found {shown(repr(value))[:80]}"
+        )
+    return number
 
 
 def read_legacy_pickle(path: Path) -> Any:
@@ -42,18 +177,21 @@ def read_legacy_pickle(path: Path) -> Any:
         return py2_strings(safe_load(f, source=str(path)))
 
 
-def _read_npy_header(f: Any, path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _read_npy_header(f: IO[bytes], path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
     try:
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
             return np.lib.format.read_array_header_1_0(f)
-        return np.lib.format.read_array_header_2_0(f)
-    except ValueError as exc:
-        raise CorruptFileError(f"{path}: not a .npy file ({exc})") from None
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(f)
+        raise ValueError(f"unsupported .npy version {version}")
+    except (ValueError, SyntaxError, TypeError, EOFError) as exc:
+        raise CorruptFileError(f"{path}: not a .npy file ({shown(str(exc))})") from None
 
 
 def _table_row(row: Any, dim: int, index: int, path: Path) -> np.ndarray:
     vec = np.asarray(row).reshape(-1)  # rows are (dim,) or (1, dim)
+    _check_row_dtype(vec.dtype, index, path)
     if vec.shape != (dim,):
         raise TableMismatchError(f"{path}: row {index} has {vec.size} values, expected {dim}")
     return vec.astype(np.float32, copy=False)
@@ -91,13 +229,17 @@ def _convert_table(
                 return streamed.n, streamed.require_dim()
             log.info("%s: rows are shared or out of order; converting without streaming", src)
             f.seek(offset)
-            rows = safe_load(f, source=str(src))
+            rows = safe_load(f, source=str(src), object_arrays=True)
             if not isinstance(rows, np.ndarray) or rows.ndim != 1 or not rows.dtype.hasobject:
                 raise CorruptFileError(f"{src}: expected a 1-d object array of word vectors")
             return _write_rows(rows, dst, progress=progress, chunk_rows=chunk_rows, path=src)
-    plain = np.load(src, mmap_mode="r", allow_pickle=False)
+    try:
+        plain = np.load(src, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:  # e.g. a header declaring more rows than the file holds
+        raise CorruptFileError(f"{src}: not a readable .npy table ({shown(str(exc))})") from None
     if plain.ndim != 2:
         raise CorruptFileError(f"{src}: expected a 2-d table, found shape {plain.shape}")
+    _check_row_dtype(plain.dtype, 0, src)
     return _write_rows(plain, dst, progress=progress, chunk_rows=chunk_rows, path=src)
 
 
@@ -133,6 +275,7 @@ class _StreamingTable:
         self._buf: np.ndarray | None = None
         self._fill = 0
         self._out: Any = None
+        self._row_dtype: np.dtype | None = None
 
     def require_dim(self) -> int:
         assert self.dim is not None
@@ -148,7 +291,9 @@ class _StreamingTable:
             raise CorruptFileError(f"{self.path}: the table is empty")
         overrides = {(m, "_reconstruct"): self._reconstruct for m in _NUMPY_MULTIARRAY}
         with self.dst.open("wb") as self._out:
-            top = safe_load(f, source=str(self.path), overrides=overrides)
+            top = safe_load(
+                f, source=str(self.path), overrides=overrides, object_arrays=True, leaves=(_Placeholder,)
+            )
             self._flush()
         if not isinstance(top, _Placeholder) or top.index != self.OUTER:
             raise CorruptFileError(f"{self.path}: expected a 1-d object array of word vectors")
@@ -161,23 +306,22 @@ class _StreamingTable:
         return all(isinstance(r, _Placeholder) and r.index == i for i, r in enumerate(rows))
 
     def accept(self, state: Any) -> int:
-        """BUILD of one reconstructed array: the outer object array, or one row to write now."""
-        if not isinstance(state, tuple) or len(state) not in (4, 5):
-            raise CorruptFileError(f"{self.path}: unexpected ndarray state in the table pickle")
-        shape, dtype, fortran, data = state[-4:]
-        if not isinstance(dtype, np.dtype):
-            raise CorruptFileError(f"{self.path}: unexpected ndarray state in the table pickle")
+        """BUILD of one reconstructed array: the outer object array, or one row to write now.
+
+        ``state`` was checked by the restricted unpickler: (1, shape, a dtype it built, fortran, data of
+        exactly the size the shape needs, or a list for the object array).
+        """
+        _, shape, dtype, fortran, data = state
         if dtype.hasobject:
             if self.outer is not None or tuple(shape) != (self.n,):
                 raise CorruptFileError(f"{self.path}: expected one 1-d object array of {self.n} rows")
             self.outer = data
             return self.OUTER
         index = self.rows_written
-        raw = data.encode("latin1") if isinstance(data, str) else bytes(data)
-        try:
-            arr = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran else "C")
-        except (TypeError, ValueError) as exc:
-            raise CorruptFileError(f"{self.path}: row {index} is not a readable array ({exc})") from None
+        if dtype is not self._row_dtype:  # rows share one memoised dtype: check it once
+            _check_row_dtype(dtype, index, self.path)
+            self._row_dtype = dtype
+        arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
         self.rows_written += 1
         self._write(np.asarray(arr).reshape(-1), index)
         return index
@@ -204,6 +348,12 @@ class _StreamingTable:
         self._fill = 0
         if self.progress is not None:
             self.progress(self.rows_written, self.n)
+
+
+def _check_row_dtype(dtype: np.dtype, index: int, path: Path) -> None:
+    """Rows hold numbers (legacy float32); anything else cannot be cast faithfully to float32."""
+    if dtype.kind not in "biuf" or dtype.names is not None:
+        raise CorruptFileError(f"{path}: row {index} has dtype {shown(str(dtype))}, expected float32 numbers")
 
 
 def _write_table_header(out: Any, n: int, dim: int) -> None:

@@ -12,9 +12,9 @@ import numpy as np
 from lnserve.converters import CONVERTER_VERSION
 from lnserve.converters.artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
 from lnserve.converters.detect import detect_cell
-from lnserve.converters.errors import CorruptFileError
+from lnserve.converters.errors import CorruptFileError, shown
 from lnserve.converters.hashing import sha256_file
-from lnserve.converters.legacy_files import read_legacy_pickle, read_npz
+from lnserve.converters.legacy_files import int_option, open_npz, read_legacy_pickle
 from lnserve.converters.param_map import (
     cell_state_dict,
     check_params,
@@ -59,20 +59,23 @@ def read_order_embedding(prefix: Path, *, cell: str | None = None) -> ConvertedO
     """Read and validate ``PREFIX.npz`` + ``PREFIX.pkl``; raise on any missing or mis-shaped parameter."""
     npz_path, pkl_path = Path(f"{prefix}.npz"), Path(f"{prefix}.pkl")
     options, worddict = _options(read_legacy_pickle(pkl_path), pkl_path)
-    params = read_npz(npz_path)
-    chosen, note = detect_cell(str(options["encoder"]), params.keys(), prefix="encoder", override=cell)
+    n_words, dim_word, dim, dim_image = (
+        int_option(options, k, pkl_path) for k in ("n_words", "dim_word", "dim", "dim_image")
+    )
+    with open_npz(npz_path) as npz:  # only the members the cell needs are read, after their headers check
+        chosen, note = detect_cell(str(options["encoder"]), npz.keys, prefix="encoder", override=cell)
+        expected = {
+            "Wemb": (n_words, dim_word),
+            "ff_image_W": (dim_image, dim),
+            "ff_image_b": (dim,),
+            **expected_cell_shapes("encoder", chosen, dim_word, dim),
+        }
+        check_params(npz.headers(expected), expected, source=str(npz_path))
+        params = npz.arrays(expected)
+        extras = extra_keys(npz.keys, expected)
     notes = [note] if note else []
-    n_words, dim_word, dim, dim_image = (int(options[k]) for k in ("n_words", "dim_word", "dim", "dim_image"))
-    expected = {
-        "Wemb": (n_words, dim_word),
-        "ff_image_W": (dim_image, dim),
-        "ff_image_b": (dim,),
-        **expected_cell_shapes("encoder", chosen, dim_word, dim),
-    }
-    check_params(params, expected, source=str(npz_path))
-    extras = extra_keys(params, expected)
     if extras:
-        notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(extras)}")
+        notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(map(shown, extras))}")
     tensors = {
         "sentence.embedding.weight": params["Wemb"],
         **{f"sentence.rnn.cell.{k}": v for k, v in cell_state_dict(params, "encoder", chosen).items()},

@@ -6,6 +6,7 @@ Legacy names (``encoder_Wx``) appear only here and in ``detect.py``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import numpy as np
 
@@ -46,8 +47,18 @@ def expected_cell_shapes(prefix: str, cell: str, n_in: int, d: int) -> dict[str,
     return {f"{prefix}_{name}": shape for name, shape in shapes.items()}
 
 
+class Shaped(Protocol):
+    """An array, or just what its ``.npy`` header declares (checked before any data is read)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+
 def check_params(
-    params: Mapping[str, np.ndarray], expected: Mapping[str, tuple[int, ...]], *, source: str
+    params: Mapping[str, Shaped], expected: Mapping[str, tuple[int, ...]], *, source: str
 ) -> None:
     """Collect every missing key and every bad shape or dtype, then raise once."""
     missing = sorted(k for k in expected if k not in params)

@@ -23,13 +23,14 @@ from lnserve.converters.artifact import (
     write_json,
 )
 from lnserve.converters.detect import detect_cell
-from lnserve.converters.errors import CorruptFileError, TableMismatchError, UserInputError
+from lnserve.converters.errors import CorruptFileError, TableMismatchError, UserInputError, shown
 from lnserve.converters.hashing import sha256_file
 from lnserve.converters.legacy_files import (
     convert_table,
+    int_option,
+    open_npz,
     read_dictionary,
     read_legacy_pickle,
-    read_npz,
     require_file,
 )
 from lnserve.converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
@@ -61,21 +62,22 @@ def read_skip_half(npz_path: Path, kind: str, *, cell: str | None = None) -> Ski
     options = read_legacy_pickle(pkl_path)
     if not isinstance(options, dict) or not all(k in options for k in ("dim", "dim_word", "encoder")):
         raise CorruptFileError(f"{pkl_path}: expected an options dict with dim, dim_word and encoder")
-    params = read_npz(npz_path)
-    dim, dim_word = int(options["dim"]), int(options["dim_word"])
+    dim, dim_word = int_option(options, "dim", pkl_path), int_option(options, "dim_word", pkl_path)
     prefixes = list(SKIP_PART_MODULES[kind])
-    chosen, note = detect_cell(str(options["encoder"]), params.keys(), prefix="encoder", override=cell)
+    with open_npz(npz_path) as npz:  # only the encoder members are read (not Wemb or the decoders)
+        chosen, note = detect_cell(str(options["encoder"]), npz.keys, prefix="encoder", override=cell)
+        expected: dict[str, tuple[int, ...]] = {}
+        for prefix in prefixes:
+            expected.update(expected_cell_shapes(prefix, chosen, dim_word, dim))
+        check_params(npz.headers(expected), expected, source=str(npz_path))
+        params = npz.arrays(expected)
+        extras = extra_keys(npz.keys, expected)
     notes = [note] if note else []
-    expected: dict[str, tuple[int, ...]] = {}
-    for prefix in prefixes:
-        expected.update(expected_cell_shapes(prefix, chosen, dim_word, dim))
-    check_params(params, expected, source=str(npz_path))
-    extras = extra_keys(params, expected)
     standard = [k for k in extras if k in STANDARD_UNUSED]
     if standard:  # every published skip-thoughts file has these: not worth a warning
         log.info("%s: not used for encoding: %s", npz_path.name, ", ".join(standard))
     if unusual := [k for k in extras if k not in STANDARD_UNUSED]:
-        notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(unusual)}")
+        notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(map(shown, unusual))}")
     tensors: dict[str, np.ndarray] = {}
     for prefix, module in SKIP_PART_MODULES[kind].items():
         for k, v in cell_state_dict(params, prefix, chosen).items():

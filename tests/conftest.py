@@ -30,9 +30,10 @@ def golden(name: str) -> dict[str, np.ndarray]:
 
 
 def run_cli(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run the real console entry point in a fresh interpreter."""
+    """Run the real console entry point in a fresh interpreter, isolated (``-I``) so that only the installed
+    ``lnserve`` package is importable, never the checkout's folders as top-level ``app`` / ``models``."""
     proc = subprocess.run(
-        [sys.executable, "-c", "from lnserve.app.cli import main; main()", *args],
+        [sys.executable, "-I", "-c", "from lnserve.app.cli import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=300,

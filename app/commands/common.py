@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import numpy as np
 import typer
 
-from lnserve.converters.errors import EncodeInputError
+from lnserve.converters.errors import EncodeInputError, UserInputError
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
 
@@ -33,25 +36,120 @@ def read_lines(path: Path) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
+NPY_MAGIC = b"\x93NUMPY"
+
+
 def load_matrix(path: Path, what: str, *, mmap: bool = False) -> np.ndarray:
-    """A 2-d float array from a .npy (never unpickled), as float32; ``mmap`` leaves large files on disk."""
+    """A 2-d float array from a .npy (never unpickled), as float32; ``mmap`` leaves large files on disk.
+
+    Anything else (text, .npz, a pickle) is named as what it looks like: numpy's own message would advise
+    loading it "unsafely" with ``allow_pickle``, which lnserve never does."""
+    head = _read_head(path)
+    if not head.startswith(NPY_MAGIC):
+        raise EncodeInputError(
+            f"{path}: {what} must be a .npy file (a 2-d float array from numpy.save); {_looks_like(head)}"
+        )
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise EncodeInputError(f"{path}: cannot read {what} as a .npy array ({exc})") from None
+    except (OSError, ValueError, EOFError) as exc:
+        reason = str(exc)
+        if "pickle" in reason or "object" in reason.lower():
+            reason = "it holds Python objects (dtype object), which lnserve never unpickles"
+        raise EncodeInputError(f"{path}: cannot read {what} as a .npy array ({reason})") from None
     if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
         raise EncodeInputError(f"{path}: {what} must be a 2-d float array, got {arr.dtype} {arr.shape}")
     return arr.astype(np.float32, copy=False)
 
 
-def save_npy(path: Path, arr: np.ndarray) -> None:
-    """Write atomically: a failure never leaves a partial output file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+def _read_head(path: Path) -> bytes:
     try:
+        with path.open("rb") as f:
+            return f.read(512)
+    except OSError as exc:
+        raise EncodeInputError(f"{path}: cannot read input ({exc.strerror})") from None
+
+
+def _looks_like(head: bytes) -> str:
+    """What a file that is not a .npy seems to be, from its first bytes."""
+    if not head:
+        return "the file is empty"
+    if head.startswith(b"PK\x03\x04"):
+        return "this is a zip archive (.npz?): save the one array with numpy.save"
+    if head[:1] == b"\x80":
+        return "this looks like a Python pickle, which is never loaded"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a character cut at the 512th byte
+            return "the file does not start with the .npy signature"
+    return "this looks like a text file"
+
+
+def check_output(path: Path, flag: str = "--output") -> None:
+    """Refuse an output path that can never be written as a file, before any work is done."""
+    if path.is_dir():
+        raise UserInputError(f"{flag} {path}: is a directory; give the path of the file to write")
+    _check_parents(path, flag)
+
+
+def check_output_dir(path: Path, flag: str = "--out") -> None:
+    """Refuse an output directory that is a file or lies under one, before any work is done."""
+    if path.exists() and not path.is_dir():
+        raise UserInputError(f"{flag} {path}: is a file; give a directory")
+    _check_parents(path, flag)
+
+
+def _check_parents(path: Path, flag: str) -> None:
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserInputError(f"{flag} {path}: {parent} is a file, not a directory")
+
+
+def save_npy(path: Path, arr: np.ndarray, flag: str = "--output") -> None:
+    """Write a float32 .npy atomically: a failure never leaves a partial output file."""
+    write_atomic(path, lambda f: np.save(f, np.ascontiguousarray(arr, dtype=np.float32)), flag)
+
+
+def save_text(path: Path, text: str, flag: str) -> None:
+    """Write UTF-8 text atomically."""
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")), flag)
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], object], flag: str) -> None:
+    """Write through a temporary file beside ``path`` and a rename. The file gets the usual permissions
+    (0666 less the umask), not mkstemp's 0600, so other users and services can read what was written."""
+    check_output(path, flag)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(arr, dtype=np.float32))
+            write(f)
         os.replace(tmp, path)
+    except OSError as exc:
+        raise UserInputError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
     finally:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
+
+
+@contextmanager
+def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr when it is a terminal, nothing otherwise; yields ``advance(n)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    )
+    with bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)

@@ -24,14 +24,17 @@ def convert_order_embedding(
     prefix: Annotated[Path, typer.Argument(help="Checkpoint prefix: reads PREFIX.npz and PREFIX.pkl.")],
     out: Annotated[Path, typer.Option("--out", help="Output artifact directory.")],
     cell: CellOpt = None,
-    name: Annotated[str | None, typer.Option(help="Model name (default: the prefix's file name).")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Model name (default: the output directory's name).")
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     """Convert an order-embedding checkpoint (PREFIX.npz + PREFIX.pkl)."""
+    from lnserve.converters.artifact import model_name
     from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 
     model = read_order_embedding(prefix, cell=cell)
-    manifest = write_order_embedding(model, out, name=name or prefix.name, overwrite=force)
+    manifest = write_order_embedding(model, out, name=model_name(out, name), overwrite=force)
     typer.echo(f"converted {prefix} ({manifest['cell']}, dim {manifest['dims']['dim']}) -> {out}")
 
 
@@ -50,6 +53,7 @@ def convert_skip_thoughts_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Convert skip-thoughts uni-skip and/or bi-skip (both give combine-skip)."""
+    from lnserve.converters.artifact import model_name
     from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
     with _progress_bar() as bar:
@@ -65,7 +69,7 @@ def convert_skip_thoughts_cmd(
             bi=bi,
             tables=tables,
             out=out,
-            name=name or out.name,
+            name=model_name(out, name),
             cell=cell,
             progress=progress,
             overwrite=force,

@@ -5,10 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 
-from lnserve.app.commands.common import BackendOpt, load_matrix, read_lines, save_npy
-from lnserve.app.runtime.engine import DEFAULT_BACKEND
+from lnserve.app.commands.common import (
+    BackendOpt,
+    check_output,
+    load_matrix,
+    progress_bar,
+    read_lines,
+    save_npy,
+)
+from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine
 from lnserve.converters.errors import EncodeInputError, UserInputError
 
 
@@ -33,23 +41,56 @@ def encode(
     ] = "fp32",
 ) -> None:
     """Encode sentences (--input) or images (--images) into vectors."""
-    from lnserve.app.runtime.engine import Engine
-
     if (input is None) == (images is None):
         raise UserInputError("give exactly one of --input and --images")
-    # read and check the inputs first: bad input fails before a model is loaded
+    # check the output and read the inputs first: bad input fails before a model is loaded
+    check_output(output)
     sentences = read_lines(input) if input is not None else None
     features = load_matrix(images, "image features") if images is not None else None
     engine = Engine.open(model_dir, backend=backend, precision=precision)
     if sentences is not None:
-        vectors = engine.encode_sentences(
-            sentences, pretokenized=pretokenized, eos=eos, normalize=not no_normalize, batch_size=batch_size
-        )
+        with progress_bar("encoding sentences", len(sentences)) as advance:
+            encoded = engine.encode(
+                sentences,
+                pretokenized=pretokenized,
+                eos=eos,
+                normalize=not no_normalize,
+                batch_size=batch_size,
+                progress=advance,
+            )
+        vectors = encoded.vectors
+        _report_unknown_words(encoded.unk_counts)
     else:
         assert features is not None
-        vectors = engine.encode_images(features)
+        vectors = _encode_images(engine, features)
     save_npy(output, vectors)
     typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} float32 vectors to {output}")
+
+
+IMAGE_CHUNK = 4096  # image rows per projection call: progress steps, and a bounded working set
+
+
+def _encode_images(engine: Engine, features: np.ndarray) -> np.ndarray:
+    """Image features in chunks, for the progress bar (a row's vector never depends on the others)."""
+    if len(features) <= IMAGE_CHUNK:
+        return engine.encode_images(features)
+    chunks = []
+    with progress_bar("encoding images", len(features)) as advance:
+        for start in range(0, len(features), IMAGE_CHUNK):
+            chunks.append(engine.encode_images(features[start : start + IMAGE_CHUNK]))
+            advance(len(chunks[-1]))
+    return np.concatenate(chunks)
+
+
+def _report_unknown_words(unk_counts: list[int]) -> None:
+    """Say on stderr how many sentences have words the model does not know: their vectors are arbitrary."""
+    hit = [i for i, n in enumerate(unk_counts) if n]
+    if hit:
+        typer.echo(
+            f"lnserve: note: {len(hit)} of {len(unk_counts)} sentences have words the model does not know "
+            f"({sum(unk_counts)} tokens mapped to UNK; first: line {hit[0] + 1})",
+            err=True,
+        )
 
 
 def score(
@@ -62,6 +103,7 @@ def score(
     from lnserve.app.runtime.scoring import error_matrix
     from lnserve.converters.artifact import read_artifact
 
+    check_output(output)
     artifact = read_artifact(model_dir)
     if artifact.family != "order-embedding":
         raise UserInputError("score needs an order-embedding model")

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lnserve.app.commands.common import BackendOpt, load_matrix, read_lines
+from lnserve.app.commands.common import BackendOpt, check_output, load_matrix, read_lines, save_text
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
 from lnserve.converters.errors import EncodeInputError, UserInputError
 
@@ -29,6 +29,8 @@ def evaluate(
     from lnserve.app.runtime.evaluation import i2t, mean_stats, plan_folds, t2i
     from lnserve.app.runtime.retrieval import metric_for, score_info
 
+    if json_out is not None and str(json_out) != "-":
+        check_output(json_out, "--json")
     texts = read_lines(captions)
     feats = load_matrix(images, "image features")
     engine = Engine.open(model, backend=backend)  # after the inputs: bad input fails before a model loads
@@ -64,7 +66,7 @@ def evaluate(
     elif str(json_out) == "-":
         sys.stdout.write(text + "\n")
     else:
-        json_out.write_text(text + "\n", encoding="utf-8")
+        save_text(json_out, text + "\n", "--json")
 
 
 def _print_table(result: dict[str, Any]) -> None:

@@ -1,15 +1,16 @@
-"""``lnserve gallery build / ls / rm``: persistent galleries of one model's embeddings."""
+"""``lnserve gallery build / ls / rm / check / repair``: persistent galleries of one model's embeddings."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
 import typer
 
-from lnserve.app.commands.common import BackendOpt, load_matrix, read_lines
+from lnserve.app.commands.common import BackendOpt, load_matrix, progress_bar, read_lines
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
 from lnserve.converters.errors import EncodeInputError, UserInputError
 
@@ -19,16 +20,19 @@ DirOpt = Annotated[
     Path | None,
     typer.Option(
         "--galleries-dir",
-        envvar="LNSERVE_GALLERIES_DIR",
-        help="Gallery root (default ~/.local/share/lnserve/galleries).",
+        help="Gallery root (default: LNSERVE_GALLERIES_DIR, else ~/.local/share/lnserve/galleries).",
+        show_default=False,
     ),
 ]
 
 
 def _store(root: Path | None):  # type: ignore[no-untyped-def]
+    """The gallery root and scorer come from the flag, else from the service's own settings (LNSERVE_*)."""
     from lnserve.app.galleries.store import GalleryStore
+    from lnserve.app.settings import Settings
 
-    return GalleryStore(root)
+    settings = Settings()
+    return GalleryStore(root if root is not None else settings.galleries_dir, scorer=settings.scorer)
 
 
 def _read_payloads(path: Path, expected: int) -> list[Any]:
@@ -80,20 +84,22 @@ def build(
     kind = "captions" if texts is not None else "images"
     info = store.create(name, kind=kind, model=ref, exist_ok=append)
     first = info.count
-    for start in range(0, n, batch_size):
-        stop = min(n, start + batch_size)
-        if texts is not None:
-            vecs = engine.encode_sentences(texts[start:stop], pretokenized=pretokenized)
-            items = [{"text": t} for t in texts[start:stop]]
-        else:
-            vecs = engine.encode_images(np.array(feats[start:stop], dtype=np.float32))  # type: ignore[index]
-            items = [None] * (stop - start)
-        store.add_items(
-            name,
-            vecs,
-            ids=[str(first + i) for i in range(start, stop)],
-            payloads=extra[start:stop] if extra is not None else items,
-        )
+    with progress_bar(f"gallery {name}: encoding {kind}", n) as advance:
+        for start in range(0, n, batch_size):
+            stop = min(n, start + batch_size)
+            if texts is not None:
+                vecs = engine.encode_sentences(texts[start:stop], pretokenized=pretokenized, progress=advance)
+                items = [{"text": t} for t in texts[start:stop]]
+            else:
+                vecs = engine.encode_images(np.array(feats[start:stop], dtype=np.float32))  # type: ignore[index]
+                items = [None] * (stop - start)
+                advance(stop - start)
+            store.add_items(
+                name,
+                vecs,
+                ids=[str(first + i) for i in range(start, stop)],
+                payloads=extra[start:stop] if extra is not None else items,
+            )
     info = store.get(name)
     typer.echo(
         f"gallery {name}: {n} {kind} added ({info.count} total, dim {info.dim}, {info.metric}) "
@@ -116,6 +122,9 @@ def ls(
         return
     typer.echo(f"{'name':24} {'kind':8} {'items':>9} {'dim':>5}  {'model':24} score")
     for i in infos:
+        if i.as_dict()["state"] != "ok":
+            typer.echo(f"{i.name:24} CORRUPT: {i.reason}")  # type: ignore[union-attr]
+            continue
         direction = i.as_dict()["score"]["direction"].replace("_", " ")
         typer.echo(f"{i.name:24} {i.kind:8} {i.count:>9} {i.dim:>5}  {i.model:24} {i.metric} ({direction})")
 
@@ -128,6 +137,74 @@ def rm(
     """Delete a gallery and its files."""
     _store(galleries_dir).remove(name)
     typer.echo(f"removed gallery {name}")
+
+
+def _valid_name(value: str) -> str:
+    from lnserve.app.galleries.store import check_gallery_name
+
+    return check_gallery_name(value)
+
+
+NameArg = Annotated[str, typer.Argument(help="Gallery name.", callback=_valid_name)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+_SHOWN_IDS = 10
+
+
+@gallery_app.command("check")
+def check(name: NameArg, galleries_dir: DirOpt = None, as_json: JsonOpt = False) -> None:
+    """Verify gallery NAME offline without changing it: its files, counters and every row against its
+    checksum. Exit 0 when healthy, 2 (with the reason) when damaged."""
+    from lnserve.app.galleries.errors import GalleryCorruptError
+
+    report = _store(galleries_dir).check(name)
+    if as_json:
+        typer.echo(json.dumps(asdict(report), indent=2))
+    if not report.ok:
+        kept = f"rows 0-{report.good_rows - 1}" if report.good_rows else "no rows"
+        raise GalleryCorruptError(name, f"{report.reason} (`lnserve gallery repair {name}` keeps {kept})")
+    if as_json:
+        return
+    legacy = (
+        f"; {report.legacy_rows} rows predate checksums and were checked for finite values only"
+        if report.legacy_rows
+        else ""
+    )
+    typer.echo(
+        f"gallery {name}: ok ({report.count} items in {report.rows} rows, "
+        f"{report.verified_rows} verified against their checksums{legacy})"
+    )
+
+
+@gallery_app.command("repair")
+def repair(
+    name: NameArg,
+    galleries_dir: DirOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would be dropped; change nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cut gallery NAME back to its last consistent acknowledged state (rows before the first damaged one)
+    and report the items dropped; recreate a missing lock or vector file."""
+    report = _store(galleries_dir).repair(name, dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps({**asdict(report), "changed": report.changed}, indent=2))
+        return
+    if not report.changed:
+        typer.echo(f"gallery {name}: nothing to repair ({report.rows_after} rows, all consistent)")
+        return
+    verb = "would drop" if dry_run else "dropped"
+    lines = [f"gallery {name}: {report.reason or 'inconsistent files'}"]
+    if report.rows_after < report.rows_before:
+        ids = report.dropped_ids
+        more = len(ids) - _SHOWN_IDS
+        shown = ", ".join(ids[:_SHOWN_IDS]) + (f" and {more} more (--json lists all)" if more > 0 else "")
+        lines.append(
+            f"{verb} rows {report.rows_after}-{report.rows_before - 1} "
+            f"({len(ids)} items{': ' + shown if ids else ''}); {report.rows_after} rows kept"
+        )
+    lines += [("would have " if dry_run else "") + fix for fix in report.fixed]
+    typer.echo("\n".join(lines))
 
 
 def register(app: typer.Typer) -> None:

@@ -8,14 +8,16 @@ from typing import Annotated
 
 import typer
 
+from lnserve.app.commands.common import check_output_dir
 from lnserve.converters.errors import UserInputError
 
 
 def pull(
     name: Annotated[str | None, typer.Argument(help="Catalog name (see --list).", show_default=False)] = None,
     root: Annotated[
-        Path, typer.Option("--dir", help="Directory that receives the artifact DIR/NAME.")
-    ] = Path("models"),
+        Path,
+        typer.Option("--dir", help="Directory that receives the artifact DIR/NAME (what compose mounts)."),
+    ] = Path("artifacts"),
     list_: Annotated[bool, typer.Option("--list", help="Show the published sets and exit.")] = False,
     from_dir: Annotated[
         Path | None,
@@ -58,6 +60,7 @@ def pull(
         return
     if name is None:
         raise UserInputError("give a NAME to pull (see `lnserve pull --list`)")
+    check_output_dir(root, "--dir")
     from lnserve.app.pull.download import RetryPolicy
     from lnserve.app.pull.install import PullOptions
     from lnserve.app.pull.install import pull as run_pull
@@ -89,7 +92,8 @@ def pull(
     files = manifest["pull"]["files"]
     verified = sum(1 for f in files.values() if f["verified"])
     typer.echo(
-        f"pulled {entry.name} ({len(files)} files, {verified} verified against a known sha256) -> {out}"
+        f"pulled {entry.name} ({len(files)} files, {verified} verified against a known sha256) "
+        f"-> {out.resolve()}"
     )
     typer.echo(f"serve it with: lnserve serve --models {out}")
 

@@ -34,7 +34,7 @@ def serve(
     from lnserve.app.log_setup import configure_logging
     from lnserve.app.main import create_app
     from lnserve.app.registry import resolve_model_dirs
-    from lnserve.app.settings import Settings
+    from lnserve.app.settings import load_settings
 
     overrides: dict[str, Any] = {
         k: v
@@ -48,7 +48,7 @@ def serve(
         }.items()
         if v is not None
     }
-    settings = Settings(**overrides)
+    settings = load_settings(overrides)  # a bad value: one line naming the setting, exit 2
     configure_logging(settings.log_level)
     resolve_model_dirs(settings)  # a bad directory or name fails here, as a one-line CLI error
     uvicorn.run(

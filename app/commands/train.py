@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lnserve.app.commands.common import load_matrix, read_lines
+from lnserve.app.commands.common import check_output_dir, load_matrix, read_lines
 from lnserve.converters.errors import UserInputError
 
 train_app = typer.Typer(help="Train or fine-tune encoders; generate the demo world.", no_args_is_help=True)
@@ -142,7 +142,9 @@ def train_order_embedding(
     """Train (or fine-tune with --from-artifact) an order-embedding model; write an artifact."""
     from lnserve.app.training.checkpoint import checkpoint_dir, load_checkpoint
     from lnserve.app.training.trainer import TrainConfig, Trainer, resolve_device, write_trained
+    from lnserve.converters.artifact import model_name
 
+    check_output_dir(out)
     if out.exists() and any(out.iterdir()) and not force:
         raise UserInputError(f"{out}: output directory exists and is not empty (use --force to replace it)")
     cfg = TrainConfig(
@@ -180,7 +182,7 @@ def train_order_embedding(
         result,
         trainer,
         out,
-        name=name or out.name,
+        name=model_name(out, name),
         data=data_label,
         demo=demo,
         description=DEMO_DESCRIPTION if demo else f"trained by lnserve on {data_label}",
@@ -240,6 +242,7 @@ def world_cmd(
     """Write the synthetic demo world: {train,dev,test}_caps.txt, _ims.npy, _scenes.jsonl, world.json."""
     from lnserve.app.training.world import DEMO_WORLD_SEED, write_world
 
+    check_output_dir(out)
     info = write_world(out, seed=DEMO_WORLD_SEED if seed is None else seed)
     sizes = ", ".join(f"{k} {v}" for k, v in info["splits"].items())
     typer.echo(f"world (seed {info['seed']}; images: {sizes}; dim_image {info['dim_image']}) -> {out}")

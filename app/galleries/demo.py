@@ -39,7 +39,7 @@ def install_demo_gallery(store: GalleryStore, *, engine: Any = None) -> GalleryI
     with contextlib.suppress(GalleryNotFoundError):
         info = store.get(DEMO_GALLERY)
     if info is not None:
-        if info.model_sha256 == ref.sha256 and info.count == len(ids):
+        if ref.matches(info) and info.count == len(ids):
             return info
         if info.model != DEMO_NAME:
             log.warning("gallery %s belongs to model %s: not replacing it", DEMO_GALLERY, info.model)

@@ -9,7 +9,8 @@ UserInputError
     ├── GalleryMismatchError   (gallery_mismatch)   422  wrong model or item kind for this gallery
     └── GalleryInputError      (invalid_input)      422  bad name, vector shape, k, payload
 LnserveError
-└── GalleryCorruptError     (gallery_corrupt)    500  files on disk disagree with the database
+└── GalleryCorruptError     (gallery_corrupt)    503  the gallery's files are damaged: it is quarantined
+                                                      (CLI exit 2; ``lnserve gallery check / repair``)
 """
 
 from __future__ import annotations
@@ -64,6 +65,17 @@ class GalleryInputError(GalleryError):
 
 
 class GalleryCorruptError(LnserveError):
-    """The gallery's vector file is shorter than its database says (disk damage or outside tampering)."""
+    """The gallery's files are damaged (unreadable database, missing or truncated file, a checksum that no
+    longer matches): it is quarantined, refused for reads and writes until repaired. 503: the server is
+    fine and every other gallery serves; this one is unavailable."""
 
     code = "gallery_corrupt"
+    http_status = 503
+    exit_code = 2
+
+    def __init__(self, gallery: str, reason: str) -> None:
+        super().__init__(f"gallery {gallery!r} is corrupt: {reason}")
+        self.gallery, self.reason = gallery, reason
+
+    def __reduce__(self) -> tuple[type[GalleryCorruptError], tuple[str, str]]:
+        return type(self), (self.gallery, self.reason)

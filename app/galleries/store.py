@@ -3,38 +3,51 @@
 Layout of ``ROOT/NAME/``:
 
 * ``gallery.sqlite`` (WAL, synchronous=FULL): ``meta`` (the gallery's identity: kind, dim, model name and
-  manifest sha256, family, method), ``counters`` (``n_rows`` acknowledged vector rows, ``n_deleted``) and
-  ``items`` (``pos`` = row in the vector file, unique string ``id``, JSON ``payload``).
+  model identity, family, method), ``counters`` (``n_rows`` acknowledged vector rows, ``n_deleted``),
+  ``items`` (``pos`` = row in the vector file, unique string ``id``, JSON ``payload``) and ``blocks`` (one
+  CRC-32 per append of rows: ``lnserve.app.galleries.integrity``).
 * ``vectors.f32``: raw little-endian float32 rows, append-only, memory-mapped for scoring.
 * ``write.lock``: ``flock`` serialising writers across threads and processes.
 
 Why a kill -9 never loses or half-shows an item: a write appends its rows past ``n_rows`` and fsyncs the
-vector file, then ONE SQLite transaction inserts the items and advances ``n_rows``; only that commit
-acknowledges them. Rows past ``n_rows`` (a crash between the two steps) are invisible and the next write
-truncates them. Readers see committed rows only. Deletes remove the item row (a tombstone: the vector row
-stays, masked out of searches).
+vector file, then ONE SQLite transaction inserts the items and the rows' checksum and advances ``n_rows``;
+only that commit acknowledges them. Rows past ``n_rows`` (a crash between the two steps) are invisible and
+the next write truncates them. Readers see committed rows only. Deletes remove the item row (a tombstone:
+the vector row stays, masked out of searches).
+
+Damage is detected, never served nor "healed": every use checks the files against the database (readable
+database with valid values, lock and vector file present, vector file holding every acknowledged row), and
+each process verifies every acknowledged row against its checksum once (new rows as they appear). A gallery
+failing a check raises ``GalleryCorruptError`` for every read and write, so it is quarantined while the
+others serve; nothing ever extends a short vector file with zeros. ``check`` reports, ``repair`` cuts a
+gallery back to its last consistent acknowledged state.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
+import logging
+import math
 import os
 import re
 import shutil
 import sqlite3
+import stat
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lnserve.app.galleries import integrity
 from lnserve.app.galleries.errors import (
     DuplicateItemError,
     GalleryCorruptError,
@@ -45,21 +58,31 @@ from lnserve.app.galleries.errors import (
     ItemNotFoundError,
 )
 from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
-from lnserve.converters.artifact import MANIFEST
+from lnserve.converters.artifact import FAMILIES, MANIFEST, model_identity, unexported_manifest_sha256
 from lnserve.converters.hashing import sha256_file
+
+log = logging.getLogger("lnserve.galleries")
 
 KINDS = ("images", "captions")
 MAX_K = 1000
 MAX_QUERIES = 1024
+MAX_DIM = 1 << 16
 DB, VECTORS, LOCK = "gallery.sqlite", "vectors.f32", "write.lock"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The one definition of a gallery name (store, HTTP schemas, CLI); always matched whole (``fullmatch``): a
+# ``$`` anchor would also match before a trailing newline and let ``"evil\n"`` become a directory name.
+GALLERY_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+GALLERY_NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
+_NAME = re.compile(GALLERY_NAME_PATTERN)
 _SQL_VARS = 500  # rows per IN (...) query, under SQLite's variable limit
+_STALE_CREATING_S = 600.0  # a creating directory with no lock file this old was left by a crash
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+_MALFORMED_BLOCK = "typeof(n) != 'integer' OR typeof(crc32) != 'integer'"
 
 
 def default_root() -> Path:
-    """``LNSERVE_GALLERIES_DIR``, else ``~/.local/share/lnserve/galleries``."""
-    env = os.environ.get("LNSERVE_GALLERIES_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "lnserve" / "galleries"
+    """``~/.local/share/lnserve/galleries``: the root when none is given (``LNSERVE_GALLERIES_DIR`` is read
+    by ``lnserve.app.settings.Settings``, whose ``galleries_dir`` callers pass)."""
+    return Path.home() / ".local" / "share" / "lnserve" / "galleries"
 
 
 @dataclass(frozen=True)
@@ -67,22 +90,43 @@ class ModelRef:
     """The identity of the model that embeds a gallery's items: queries must come from the same one."""
 
     name: str
-    sha256: str  # of the artifact's manifest.json, which pins every weight file by hash
+    identity: str  # converters.artifact.model_identity: weights, vocabulary, cell, options
     family: str
     method: str
     dim: int
+    manifest_sha256: str = ""  # of manifest.json now (recorded with new galleries, for information)
+    legacy_pins: frozenset[str] = frozenset()  # manifest sha256s galleries made before identities pinned
 
     @classmethod
     def from_artifact(cls, artifact: Any) -> ModelRef:
         m = artifact.manifest
         method = "cosine" if artifact.family == "skip-thoughts" else m["options"]["method"]
+        manifest_sha = sha256_file(artifact.path / MANIFEST)
+        before_export = unexported_manifest_sha256(m)
         return cls(
             name=artifact.name,
-            sha256=sha256_file(artifact.path / MANIFEST),
+            identity=model_identity(m),
             family=artifact.family,
             method=method,
             dim=int(m["dims"]["output_dim"]),
+            manifest_sha256=manifest_sha,
+            legacy_pins=frozenset(p for p in (manifest_sha, before_export) if p),
         )
+
+    def matches(self, info: GalleryInfo) -> bool:
+        """Whether this model made the gallery's vectors: the same identity; for a gallery made before
+        identities existed, the manifest it pinned is this model's (now, or before ``lnserve export``)."""
+        if info.model_identity is not None:
+            return info.model_identity == self.identity
+        return info.model_sha256 in self.legacy_pins
+
+
+def same_model(a: GalleryInfo, b: GalleryInfo) -> bool:
+    """Whether two galleries were embedded by the same model (both identities known: compare them; else
+    the manifests they pinned, conservatively)."""
+    if a.model_identity is not None and b.model_identity is not None:
+        return a.model_identity == b.model_identity
+    return a.model_sha256 == b.model_sha256
 
 
 @dataclass(frozen=True)
@@ -92,22 +136,96 @@ class GalleryInfo:
     kind: str
     dim: int
     model: str
-    model_sha256: str
+    model_sha256: str  # the model's manifest.json when the gallery was made (pinned by older galleries)
     family: str
     method: str
     metric: str
     created_at: float
+    model_identity: str | None = None  # None: made before identities; pinned by model_sha256 until used
     count: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "score": score_info(self.metric)}
+        return {**asdict(self), "score": score_info(self.metric), "state": "ok", "reason": None}
+
+    def summary(self) -> dict[str, Any]:
+        """One line of ``/info``."""
+        return {"name": self.name, "state": "ok", "reason": None, "kind": self.kind, "model": self.model,
+                "count": self.count, "metric": self.metric}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CorruptGallery:
+    """A quarantined gallery: why it cannot be served, and what could still be read of it."""
+
+    name: str
+    reason: str
+    info: GalleryInfo | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        known = self.info.as_dict() if self.info is not None else {}
+        return {**known, "name": self.name, "state": "corrupt", "reason": self.reason}
+
+    def summary(self) -> dict[str, Any]:
+        known = self.info.summary() if self.info is not None else {}
+        return {"kind": None, "model": None, "count": None, "metric": None, **known,
+                "name": self.name, "state": "corrupt", "reason": self.reason}  # fmt: skip
+
+
+GalleryEntry = GalleryInfo | CorruptGallery
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """``check``: the gallery's state, what was verified, and the first fault found (if any)."""
+
+    name: str
+    ok: bool
+    reason: str | None
+    rows: int  # acknowledged rows (live items + tombstones)
+    count: int  # live items
+    verified_rows: int  # rows verified against their checksums
+    legacy_rows: int  # rows without checksums (made before them), checked for finite values only
+    good_rows: int  # rows [0, good_rows) are consistent: what repair keeps
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """``repair``: what was wrong, what was cut, and what was dropped."""
+
+    name: str
+    reason: str | None  # the fault repaired (None: nothing to repair)
+    rows_before: int
+    rows_after: int
+    dropped_ids: list[str] = field(default_factory=list)  # live items removed, in insertion order
+    fixed: list[str] = field(default_factory=list)  # other fixes (recreated files, recounted counters)
+    applied: bool = True  # False for a dry run
+
+    @property
+    def changed(self) -> bool:
+        return self.rows_after != self.rows_before or bool(self.dropped_ids) or bool(self.fixed)
+
+
+@dataclass(frozen=True)
+class _State:
+    """One read of a gallery's database, checked against its files."""
+
+    info: GalleryInfo
+    n_rows: int
+    n_deleted: int
+    repairs: int  # counter bumped by every repair: cached state from before one is never reused
+    vectors_id: tuple[int, int]  # (st_dev, st_ino) of vectors.f32: a replaced file is verified afresh
+
+    @property
+    def key(self) -> tuple[str, int, tuple[int, int]]:
+        """What cached verification and snapshots are valid for (rows aside)."""
+        return (self.info.uid, self.repairs, self.vectors_id)
 
 
 @dataclass
 class _Snapshot:
     """Per-gallery search state cached between queries: which rows are live, and the vector map."""
 
-    uid: str
+    key: tuple[str, int, tuple[int, int]]
     n_rows: int
     n_deleted: int
     valid: np.ndarray
@@ -121,7 +239,11 @@ class GalleryStore:
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.scorer = scorer
         self._snapshots: dict[str, _Snapshot] = {}
-        self._snap_lock = threading.Lock()
+        self._locks: dict[str, threading.RLock] = {}
+        self._locks_lock = threading.Lock()
+        # verification, per gallery: (state key, rows verified) and ((*state key, n_rows), fault)
+        self._verified: dict[str, tuple[tuple[str, int, tuple[int, int]], int]] = {}
+        self._failed: dict[str, tuple[tuple[str, int, tuple[int, int], int], str]] = {}
 
     # -- galleries ----------------------------------------------------------------------------------------
     def create(self, name: str, *, kind: str, model: ModelRef, exist_ok: bool = False) -> GalleryInfo:
@@ -131,7 +253,7 @@ class GalleryStore:
             GalleryInputError: bad name or kind. GalleryExistsError: the name is taken (unless ``exist_ok``
             and the existing gallery has the same kind and model).
         """
-        _check_name(name)
+        check_gallery_name(name)
         if kind not in KINDS:
             raise GalleryInputError(f"gallery kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if model.family == "skip-thoughts" and kind != "captions":
@@ -147,17 +269,20 @@ class GalleryStore:
             kind=kind,
             dim=model.dim,
             model=model.name,
-            model_sha256=model.sha256,
+            model_sha256=model.manifest_sha256,
             family=model.family,
             method=model.method,
             metric=metric_for(model.method, model.family),
             created_at=time.time(),
+            model_identity=model.identity,
         )
+        lock_fd = os.open(tmp / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until renamed: clean_leftovers leaves this one alone
             _init_db(tmp / DB, info)
-            for fname in (VECTORS, LOCK):
-                with open(tmp / fname, "wb") as f:
-                    os.fsync(f.fileno())
+            with open(tmp / VECTORS, "wb") as f:
+                os.fsync(f.fileno())
+            os.fsync(lock_fd)
             tmp.chmod(0o755)
             try:
                 os.rename(tmp, final)
@@ -165,6 +290,7 @@ class GalleryStore:
                 return self._existing(name, kind, model, exist_ok)
             _fsync_dir(self.root)
         finally:
+            os.close(lock_fd)
             shutil.rmtree(tmp, ignore_errors=True)
         return info
 
@@ -172,29 +298,166 @@ class GalleryStore:
         info = self.get(name)
         if not exist_ok:
             raise GalleryExistsError(f"gallery {name!r} already exists")
-        if info.kind != kind or info.model_sha256 != model.sha256:
+        if info.kind != kind or not model.matches(info):
             raise GalleryExistsError(f"gallery {name!r} exists with another kind or model")
+        self._adopt_identity(name, info, model)
         return info
 
     def get(self, name: str) -> GalleryInfo:
-        """The gallery's identity and live item count. Raises GalleryNotFoundError."""
-        with self._db(name) as db:
-            return _read_info(db)
+        """The gallery's identity and live item count.
 
-    def list(self) -> list[GalleryInfo]:
-        """Every gallery under the root, by name."""
-        if not self.root.is_dir():
-            return []
-        out = []
-        for path in sorted(self.root.iterdir()):
-            if path.name.startswith(".") or not (path / DB).is_file():
-                continue
-            with contextlib.suppress(GalleryNotFoundError):  # removed meanwhile
-                out.append(self.get(path.name))
+        Raises:
+            GalleryNotFoundError. GalleryCorruptError: the gallery is damaged (quarantined).
+        """
+        with self._db(name) as db:
+            return self._open(name, db).info
+
+    def list(self) -> list[GalleryEntry]:
+        """Every gallery under the root, by name; a damaged one as a ``CorruptGallery`` with its reason.
+        Cheap: checksums are not verified here (``verify_all`` does), but a fault found earlier is shown."""
+        out: list[GalleryEntry] = []
+        for name in self._names():
+            try:
+                with self._db(name) as db:
+                    out.append(self._open(name, db, scan=False).info)
+            except GalleryNotFoundError:
+                continue  # removed meanwhile
+            except GalleryCorruptError as exc:
+                out.append(CorruptGallery(name, exc.reason, self._readable_info(name)))
+            except (OSError, sqlite3.Error) as exc:  # e.g. permissions: not servable either
+                out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
         return out
 
+    def verify_all(self) -> list[GalleryEntry]:
+        """``verify`` every gallery (the server's start-up check); a damaged one is returned as a
+        ``CorruptGallery``, never raised, so one bad gallery never stops the others."""
+        out: list[GalleryEntry] = []
+        for name in self._names():
+            try:
+                out.append(self.verify(name))
+            except GalleryNotFoundError:
+                continue
+            except GalleryCorruptError as exc:
+                out.append(CorruptGallery(name, exc.reason, self._readable_info(name)))
+            except (OSError, sqlite3.Error) as exc:
+                out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
+        return out
+
+    def verify(self, name: str) -> GalleryInfo:
+        """Check a gallery in full (files, counters, every acknowledged row against its checksum) and record
+        the checksums of rows written before checksums existed (trusted on first use, once verified finite).
+
+        Raises:
+            GalleryNotFoundError. GalleryCorruptError: the gallery is damaged.
+        """
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self._write_lock(name))
+                writable = True
+            except OSError as exc:  # a read-only gallery (permissions, mount): verified, nothing recorded
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                writable = False
+            db = stack.enter_context(self._db(name))
+            state = self._open(name, db)
+            if writable:
+                self._record_legacy(name, db, state)
+            return state.info
+
+    def check(self, name: str) -> CheckReport:
+        """Verify a gallery in full without changing it (``lnserve gallery check``); rows without checksums
+        are checked for finite values only.
+
+        Raises:
+            GalleryNotFoundError. GalleryCorruptError: no check can look past the fault (the database or its
+            description is missing or unreadable).
+        """
+        with self._db(name) as db:
+            db.execute("BEGIN")
+            report = self._inspect(name, db)[0]
+            db.execute("COMMIT")
+        return report
+
+    def _inspect(self, name: str, db: sqlite3.Connection) -> tuple[CheckReport, GalleryInfo]:
+        """Every fault of a gallery whose database is readable, and how many rows are consistent."""
+        gdir = self.root / name
+        info, n_rows, n_deleted = self._read_state(name, db)
+        faults = [f"{LOCK} is missing"] if not (gdir / LOCK).is_file() else []
+        found = integrity.scan(db, gdir / VECTORS, info.dim, n_rows)
+        if not (gdir / VECTORS).is_file():
+            faults.append(f"{VECTORS} is missing ({n_rows} rows are acknowledged)")
+        elif found.fault is not None:
+            faults.append(found.fault)
+        items = _items_fault(db, n_rows, n_deleted)
+        faults += [items] if items else []
+        report = CheckReport(
+            name=name,
+            ok=not faults,
+            reason="; ".join(faults) or None,
+            rows=n_rows,
+            count=n_rows - n_deleted,
+            verified_rows=min(found.covered, found.good_rows),
+            legacy_rows=max(0, n_rows - found.covered),
+            good_rows=found.good_rows,
+        )
+        return report, info
+
+    def repair(self, name: str, *, dry_run: bool = False) -> RepairReport:
+        """Cut a damaged gallery back to its last consistent acknowledged state (``lnserve gallery
+        repair``): keep the rows before the first fault, drop the items stored at or after it, recreate a
+        missing lock or vector file, recount the counters.
+
+        Raises:
+            GalleryNotFoundError. GalleryCorruptError: beyond repair (no readable database or description).
+        """
+        vectors = self._path(name) / VECTORS
+        with contextlib.ExitStack() as stack:
+            lock_missing = not (vectors.parent / LOCK).is_file()
+            if not dry_run:
+                stack.enter_context(self._write_lock(name, create=True))
+            try:
+                db = stack.enter_context(self._db(name))
+                found, info = self._inspect(name, db)
+            except GalleryCorruptError as exc:
+                raise GalleryCorruptError(
+                    name,
+                    f"{exc.reason}; repair cannot rebuild the database: restore the gallery from a backup "
+                    f"or remove it (lnserve gallery rm {name})",
+                ) from None
+            cut, n_rows = found.good_rows, found.rows
+            dropped = [
+                str(r[0]) for r in db.execute("SELECT id FROM items WHERE pos >= ? ORDER BY pos", (cut,))
+            ]
+            kept = int(db.execute("SELECT count(*) FROM items WHERE pos < ?", (cut,)).fetchone()[0])
+            fixed = [f"recreated {LOCK}"] if lock_missing else []
+            fixed += [f"recreated an empty {VECTORS}"] if not vectors.is_file() else []
+            if cut == n_rows and kept != found.count:
+                fixed.append(f"recounted the counters ({kept} live items)")
+            reasons = [f"{LOCK} is missing"] if lock_missing and not dry_run else []  # created just now
+            reason = "; ".join([*reasons, *([found.reason] if found.reason else [])]) or None
+            report = RepairReport(name, reason, n_rows, cut, dropped, fixed, applied=not dry_run)
+            if dry_run or not report.changed:
+                return report
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DELETE FROM items WHERE pos >= ?", (cut,))
+            db.execute(integrity.BLOCKS_DDL)
+            db.execute(f"DELETE FROM blocks WHERE start + n > ? OR {_MALFORMED_BLOCK}", (cut,))
+            db.execute("UPDATE counters SET value = ? WHERE key = 'n_rows'", (cut,))
+            db.execute("UPDATE counters SET value = ? WHERE key = 'n_deleted'", (cut - kept,))
+            db.execute(
+                "INSERT INTO counters (key, value) VALUES ('repairs', 1) "
+                "ON CONFLICT (key) DO UPDATE SET value = value + 1"
+            )
+            db.execute("COMMIT")
+            with open(vectors, "ab") as f:  # creates a missing file, never extends one
+                if cut < n_rows and os.fstat(f.fileno()).st_size > cut * 4 * info.dim:
+                    f.truncate(cut * 4 * info.dim)
+                os.fsync(f.fileno())
+        self._forget(name)
+        return report
+
     def remove(self, name: str) -> None:
-        """Delete a gallery and its files. Raises GalleryNotFoundError."""
+        """Delete a gallery and its files (a damaged one too). Raises GalleryNotFoundError."""
         path = self._path(name)
         trash = self.root / f".{name}.removed-{uuid.uuid4().hex}"
         try:
@@ -203,8 +466,23 @@ class GalleryStore:
             raise GalleryNotFoundError(f"no gallery named {name!r}") from None
         _fsync_dir(self.root)
         shutil.rmtree(trash, ignore_errors=True)
-        with self._snap_lock:
-            self._snapshots.pop(name, None)
+        self._forget(name)
+
+    def clean_leftovers(self) -> list[str]:
+        """Delete what crashed creations and removals left in the root (``.NAME.creating-*``,
+        ``.NAME.removed-*``); a creation still in progress in another process (its lock held) is left alone.
+        Returns the names deleted."""
+        if not self.root.is_dir():
+            return []
+        removed = []
+        for path in sorted(self.root.iterdir()):
+            leftover = path.name.startswith(".") and path.is_dir() and not path.is_symlink()
+            if not leftover:
+                continue
+            if ".removed-" in path.name or (".creating-" in path.name and not _creation_alive(path)):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path.name)
+        return removed
 
     # -- items --------------------------------------------------------------------------------------------
     def add_items(
@@ -226,10 +504,10 @@ class GalleryStore:
 
         Raises:
             GalleryInputError (shape, non-finite values, bad ids/payloads), DuplicateItemError,
-            GalleryNotFoundError, GalleryMismatchError.
+            GalleryNotFoundError, GalleryMismatchError, GalleryCorruptError (nothing is written).
         """
         info = self.get(name)
-        _check_compatible(info, kind=kind, model=model)
+        self._check_model(name, info, kind=kind, model=model)
         vecs = _as_matrix(vectors, info.dim, what="item vectors", limit=None)
         n = vecs.shape[0]
         ids = [uuid.uuid4().hex for _ in range(n)] if ids is None else [_check_id(i) for i in ids]
@@ -241,21 +519,23 @@ class GalleryStore:
             raise DuplicateItemError(f"id {dup!r} appears more than once in the batch")
         if n == 0:
             return []
-        row_bytes = 4 * info.dim
+        data = vecs.astype("<f4", copy=False).tobytes()
         with self._write_lock(name), self._db(name) as db:
-            n_rows = _counter(db, "n_rows")
-            with open(self._path(name) / VECTORS, "r+b") as f:
-                f.truncate(n_rows * row_bytes)  # drop rows a crashed writer left unacknowledged
-                f.seek(n_rows * row_bytes)
-                f.write(vecs.astype("<f4", copy=False).tobytes())
-                f.flush()
-                os.fsync(f.fileno())
+            state = self._open(name, db)  # verified, under the writers' lock: n_rows cannot move
+            n_rows, row_bytes = state.n_rows, 4 * info.dim
+            path = self.root / name / VECTORS
+            covered = integrity.covered_rows(db)
+            blocks = integrity.legacy_blocks(path, info.dim, covered, n_rows) if covered < n_rows else []
+            blocks.append((n_rows, n, integrity.crc32_rows(data)))
+            self._append(name, path, n_rows * row_bytes, data)
             try:
                 db.execute("BEGIN IMMEDIATE")
                 db.executemany(
                     "INSERT INTO items (pos, id, payload) VALUES (?, ?, ?)",
                     zip(range(n_rows, n_rows + n), ids, payload_json, strict=True),
                 )
+                db.execute(integrity.BLOCKS_DDL)  # galleries made before checksums get the table now
+                db.executemany("INSERT INTO blocks (start, n, crc32) VALUES (?, ?, ?)", blocks)
                 db.execute("UPDATE counters SET value = ? WHERE key = 'n_rows'", (n_rows + n,))
                 db.execute("COMMIT")
             except sqlite3.IntegrityError:
@@ -264,11 +544,30 @@ class GalleryStore:
                 raise DuplicateItemError(
                     f"gallery {name!r} already has item(s) {', '.join(map(repr, taken[:5]))}"
                 ) from None
+            self._mark_verified(name, state, n_rows + n)  # this process wrote (and fsynced) them
         return ids
 
+    def _append(self, name: str, path: Path, end: int, data: bytes) -> None:
+        """Write ``data`` at byte ``end`` (the acknowledged end) and fsync; an unacknowledged tail a crashed
+        writer left is cut first. A file shorter than ``end`` is damage: refused, never padded with zeros."""
+        try:
+            f = open(path, "r+b")  # noqa: SIM115  (closed below)
+        except FileNotFoundError:
+            raise GalleryCorruptError(name, f"{VECTORS} is missing") from None
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size < end:
+                raise GalleryCorruptError(name, _short_reason(size, end))
+            f.truncate(end)
+            f.seek(end)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
     def delete_item(self, name: str, item_id: str) -> None:
-        """Tombstone one item. Raises ItemNotFoundError, GalleryNotFoundError."""
+        """Tombstone one item. Raises ItemNotFoundError, GalleryNotFoundError, GalleryCorruptError."""
         with self._write_lock(name), self._db(name) as db:
+            self._open(name, db)
             db.execute("BEGIN IMMEDIATE")
             cur = db.execute("DELETE FROM items WHERE id = ?", (str(item_id),))
             if cur.rowcount == 0:
@@ -278,18 +577,34 @@ class GalleryStore:
             db.execute("COMMIT")
 
     def get_item(self, name: str, item_id: str, *, with_vector: bool = False) -> dict[str, Any]:
-        """``{id, payload}`` (+ ``vector`` as float32 array) of one live item. Raises ItemNotFoundError."""
+        """``{id, payload}`` (+ ``vector`` as float32 array) of one live item. Raises ItemNotFoundError,
+        GalleryCorruptError."""
         with self._db(name) as db:
-            info = _read_info(db)
+            state = self._open(name, db)
             row = db.execute("SELECT pos, payload FROM items WHERE id = ?", (str(item_id),)).fetchone()
         if row is None:
             raise ItemNotFoundError(f"gallery {name!r} has no item {item_id!r}")
-        item: dict[str, Any] = {"id": str(item_id), "payload": _load_payload(row[1])}
+        item: dict[str, Any] = {"id": str(item_id), "payload": _load_payload(name, row[1])}
         if with_vector:
-            with open(self._path(name) / VECTORS, "rb") as f:
-                f.seek(row[0] * 4 * info.dim)
-                item["vector"] = np.frombuffer(f.read(4 * info.dim), dtype="<f4").astype(np.float32)
+            item["vector"] = self._read_row(name, row[0], state)
         return item
+
+    def _read_row(self, name: str, pos: int, state: _State) -> np.ndarray:
+        dim = state.info.dim
+        if not 0 <= pos < state.n_rows:
+            raise GalleryCorruptError(name, f"an item points at row {pos}, past the {state.n_rows} rows")
+        try:
+            with open(self.root / name / VECTORS, "rb") as f:
+                f.seek(pos * 4 * dim)
+                data = f.read(4 * dim)
+        except FileNotFoundError:
+            raise GalleryCorruptError(name, f"{VECTORS} is missing") from None
+        if len(data) < 4 * dim:
+            raise GalleryCorruptError(name, f"{VECTORS} ends before row {pos} (truncated)")
+        vector = np.frombuffer(data, dtype="<f4").astype(np.float32)
+        if not np.isfinite(vector).all():
+            raise GalleryCorruptError(name, f"row {pos} holds non-finite values")
+        return vector
 
     # -- search -------------------------------------------------------------------------------------------
     def search(
@@ -312,15 +627,16 @@ class GalleryStore:
             one best-first list per query; ties go to the earlier-inserted item.
 
         Raises:
-            GalleryNotFoundError, GalleryMismatchError (model or kind), GalleryInputError (shape, k).
+            GalleryNotFoundError, GalleryMismatchError (model or kind), GalleryInputError (shape, k),
+            GalleryCorruptError.
         """
         info = self.get(name)
-        _check_compatible(info, model=model)
+        self._check_model(name, info, model=model)
         side = _query_side(info, query_kind)
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= MAX_K:
             raise GalleryInputError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
         q = _as_matrix(queries, info.dim, what="query vectors", limit=MAX_QUERIES)
-        snap = self._snapshot(name, info)
+        snap = self._snapshot(name)
         if snap.vectors is None or q.shape[0] == 0:
             hits = [[] for _ in range(q.shape[0])]
         else:
@@ -349,7 +665,7 @@ class GalleryStore:
                 for pos, item_id, payload in db.execute(
                     f"SELECT pos, id, payload FROM items WHERE pos IN ({marks})", part
                 ):
-                    rows[pos] = (item_id, _load_payload(payload))
+                    rows[pos] = (item_id, _load_payload(name, payload))
         return [
             [
                 {"id": rows[int(p)][0], "score": float(s), "payload": rows[int(p)][1]}
@@ -359,61 +675,249 @@ class GalleryStore:
             for pos_row, score_row in zip(positions, scores, strict=True)
         ]
 
-    def _snapshot(self, name: str, info: GalleryInfo) -> _Snapshot:
-        """Live-row mask and vector map, refreshed incrementally when rows were only appended."""
-        with self._snap_lock, self._db(name) as db:
-            db.execute("BEGIN")  # one consistent read of counters and items
-            n_rows, n_deleted = _counter(db, "n_rows"), _counter(db, "n_deleted")
+    def _snapshot(self, name: str) -> _Snapshot:
+        """Live-row mask and vector map of verified rows, refreshed incrementally when rows were only
+        appended."""
+        with self._gallery_lock(name), self._db(name) as db:
+            db.execute("BEGIN")  # one consistent read of counters, checksums and items
+            state = self._open(name, db)
+            n_rows, n_deleted, key = state.n_rows, state.n_deleted, state.key
             old = self._snapshots.get(name)
-            if old is not None and (old.uid, old.n_rows, old.n_deleted) == (info.uid, n_rows, n_deleted):
+            if old is not None and (old.key, old.n_rows, old.n_deleted) == (key, n_rows, n_deleted):
                 db.execute("COMMIT")
                 return old
             valid = np.zeros(n_rows, dtype=bool)
             since = 0
-            appended_only = old is not None and old.uid == info.uid and old.n_deleted == n_deleted
-            if old is not None and appended_only and old.n_rows <= n_rows:
+            if old is not None and old.key == key and old.n_deleted == n_deleted and old.n_rows <= n_rows:
                 valid[: old.n_rows] = old.valid
                 since = old.n_rows
             pos = np.fromiter(
                 (r[0] for r in db.execute("SELECT pos FROM items WHERE pos >= ?", (since,))), dtype=np.int64
             )
             db.execute("COMMIT")
+            if pos.size and (pos.min() < 0 or pos.max() >= n_rows):
+                raise GalleryCorruptError(name, "an item points past the acknowledged rows")
             valid[pos] = True
-            snap = _Snapshot(info.uid, n_rows, n_deleted, valid, self._map_vectors(name, n_rows, info.dim))
+            vectors = self._map_vectors(name, n_rows, state.info.dim)
+            snap = _Snapshot(key, n_rows, n_deleted, valid, vectors)
             self._snapshots[name] = snap
             return snap
 
     def _map_vectors(self, name: str, n_rows: int, dim: int) -> np.ndarray | None:
         if n_rows == 0:
             return None
-        path = self._path(name) / VECTORS
-        if path.stat().st_size < n_rows * dim * 4:
-            raise GalleryCorruptError(f"{path}: shorter than the {n_rows} rows the database acknowledges")
-        # copy-on-write: writable for torch.from_numpy, never written back
-        return np.memmap(path, dtype="<f4", mode="c", shape=(n_rows, dim))
+        try:  # copy-on-write: writable for torch.from_numpy, never written back
+            return np.memmap(self.root / name / VECTORS, dtype="<f4", mode="c", shape=(n_rows, dim))
+        except FileNotFoundError:
+            raise GalleryCorruptError(name, f"{VECTORS} is missing") from None
+        except ValueError as exc:  # shorter than the map (truncated since the check)
+            raise GalleryCorruptError(name, f"{VECTORS} is truncated ({exc})") from None
+
+    # -- opening: the checks every use goes through ----------------------------------------------------------
+    def _open(self, name: str, db: sqlite3.Connection, *, scan: bool = True) -> _State:
+        """Read the gallery's state and check it against its files; with ``scan``, verify the rows not yet
+        verified by this process against their checksums, all in one read transaction (a consistent view of
+        counters, items and checksums). Raises GalleryCorruptError."""
+        if db.in_transaction:
+            return self._open_in_txn(name, db, scan=scan)
+        db.execute("BEGIN")
+        try:
+            state = self._open_in_txn(name, db, scan=scan)
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return state
+
+    def _open_in_txn(self, name: str, db: sqlite3.Connection, *, scan: bool) -> _State:
+        info, n_rows, n_deleted = self._read_state(name, db)
+        gdir = self.root / name
+        if not (gdir / LOCK).is_file():
+            raise GalleryCorruptError(name, f"{LOCK} is missing")
+        try:
+            st = os.stat(gdir / VECTORS)
+        except FileNotFoundError:
+            raise GalleryCorruptError(
+                name, f"{VECTORS} is missing ({n_rows} rows are acknowledged)"
+            ) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise GalleryCorruptError(name, f"{VECTORS} is not a regular file")
+        if st.st_size < n_rows * 4 * info.dim:
+            raise GalleryCorruptError(name, _short_reason(st.st_size, n_rows * 4 * info.dim))
+        with _db_faults(name):
+            row = db.execute("SELECT value FROM counters WHERE key = 'repairs'").fetchone()
+        repairs = row[0] if row is not None and isinstance(row[0], int) else 0
+        state = _State(info, n_rows, n_deleted, repairs, (st.st_dev, st.st_ino))
+        self._verify(name, db, state, scan=scan)
+        return state
+
+    def _read_state(self, name: str, db: sqlite3.Connection) -> tuple[GalleryInfo, int, int]:
+        """(info, n_rows, n_deleted) from the database, every value checked. Raises GalleryCorruptError."""
+        with _db_faults(name):
+            row = db.execute("SELECT value FROM meta WHERE key = 'info'").fetchone()
+        if row is None:
+            raise GalleryCorruptError(name, f"{DB} holds no gallery description")
+        try:
+            meta = json.loads(row[0])
+        except (TypeError, ValueError):
+            raise GalleryCorruptError(name, f"the gallery description in {DB} is not JSON") from None
+        try:
+            values = _meta_values(meta)
+            with _db_faults(name):
+                n_rows, n_deleted = _counters(db)
+        except ValueError as exc:
+            raise GalleryCorruptError(name, str(exc)) from None
+        return GalleryInfo(name=name, **values, count=n_rows - n_deleted), n_rows, n_deleted
+
+    def _verify(self, name: str, db: sqlite3.Connection, state: _State, *, scan: bool) -> None:
+        """Verify rows once per process (then only new ones); a fault is remembered for as long as the
+        gallery stays in that state, so a quarantined gallery is not re-read on every request."""
+        key = state.key
+        with self._gallery_lock(name):
+            failed = self._failed.get(name)
+            if failed is not None and failed[0] == (*key, state.n_rows):
+                raise GalleryCorruptError(name, failed[1])
+            if not scan:
+                return
+            done = self._verified.get(name)
+            start = done[1] if done is not None and done[0] == key and done[1] <= state.n_rows else 0
+            if done is not None and done[0] == key and start == state.n_rows:
+                return
+            fault = _items_fault(db, state.n_rows, state.n_deleted) if start == 0 else None
+            if fault is None and start < state.n_rows:
+                fault = integrity.scan(
+                    db, self.root / name / VECTORS, state.info.dim, state.n_rows, start=start
+                ).fault
+            if fault is not None:
+                self._failed[name] = ((*key, state.n_rows), fault)
+                raise GalleryCorruptError(name, fault)
+            self._verified[name] = (key, state.n_rows)
+
+    def _mark_verified(self, name: str, state: _State, n_rows: int) -> None:
+        key = state.key
+        with self._gallery_lock(name):
+            if self._verified.get(name) == (key, state.n_rows):
+                self._verified[name] = (key, n_rows)
+
+    def _record_legacy(self, name: str, db: sqlite3.Connection, state: _State) -> None:
+        """Record checksums of verified rows written before checksums existed (caller holds the lock)."""
+        covered = integrity.covered_rows(db)
+        if covered >= state.n_rows:
+            return
+        blocks = integrity.legacy_blocks(self.root / name / VECTORS, state.info.dim, covered, state.n_rows)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(integrity.BLOCKS_DDL)
+            db.executemany("INSERT INTO blocks (start, n, crc32) VALUES (?, ?, ?)", blocks)
+            db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:  # read-only: the rows stay checked for finite values only
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            log.warning("gallery %s: cannot record checksums of %d older rows (%s)", name, len(blocks), exc)
+            return
+        log.info("gallery %s: recorded checksums of rows %d-%d (written before checksums)", name, covered,
+                 state.n_rows - 1)  # fmt: skip
+
+    def _check_model(
+        self, name: str, info: GalleryInfo, *, kind: str | None = None, model: ModelRef | None = None
+    ) -> None:
+        _check_compatible(info, kind=kind, model=model)
+        if model is not None:
+            self._adopt_identity(name, info, model)
+
+    def _adopt_identity(self, name: str, info: GalleryInfo, model: ModelRef) -> None:
+        """A gallery made before model identities, used with its model: pin the model's identity from now
+        on, so exporting the model (which rewrites its manifest) no longer orphans the gallery."""
+        if info.model_identity is not None or info.model_sha256 not in model.legacy_pins:
+            return
+        try:
+            with self._db(name) as db:
+                db.execute("BEGIN IMMEDIATE")
+                meta = json.loads(db.execute("SELECT value FROM meta WHERE key = 'info'").fetchone()[0])
+                if meta.get("model_identity") is not None:
+                    db.execute("ROLLBACK")
+                    return
+                meta["model_identity"] = model.identity
+                db.execute("UPDATE meta SET value = ? WHERE key = 'info'", (json.dumps(meta),))
+                db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:  # read-only: it stays pinned to the manifest's bytes
+            log.warning("gallery %s: cannot record its model identity (%s)", name, exc)
+            return
+        log.info("gallery %s: now pinned to model %s by identity %s", name, model.name, model.identity[:12])
+
+    def _readable_info(self, name: str) -> GalleryInfo | None:
+        """What a damaged gallery's database still says about it, if anything."""
+        with (
+            contextlib.suppress(GalleryCorruptError, GalleryNotFoundError, OSError, sqlite3.Error),
+            self._db(name) as db,
+        ):
+            return self._read_state(name, db)[0]
+        return None
+
+    def _names(self) -> list[str]:
+        """Directories under the root that hold gallery files, by name."""
+        if not self.root.is_dir():
+            return []
+        names = []
+        for path in sorted(self.root.iterdir()):
+            if path.name.startswith(".") or not _looks_like_gallery(path):
+                continue
+            if _NAME.fullmatch(path.name) is None:
+                log.warning("ignoring %r in %s: not a valid gallery name (%s)", path.name, self.root,
+                            GALLERY_NAME_RULE)  # fmt: skip
+                continue
+            names.append(path.name)
+        return names
+
+    def _forget(self, name: str) -> None:
+        with self._gallery_lock(name):
+            for cache in (self._snapshots, self._verified, self._failed):
+                cache.pop(name, None)
 
     # -- plumbing -----------------------------------------------------------------------------------------
     def _path(self, name: str) -> Path:
-        _check_name(name)
+        check_gallery_name(name)
         return self.root / name
+
+    def _gallery_lock(self, name: str) -> threading.RLock:
+        with self._locks_lock:
+            return self._locks.setdefault(name, threading.RLock())
 
     @contextlib.contextmanager
     def _db(self, name: str) -> Iterator[sqlite3.Connection]:
-        path = self._path(name) / DB
+        """A connection to an existing gallery database (never creates one); corruption found while it is
+        used is raised as GalleryCorruptError."""
+        gdir = self._path(name)
+        path = gdir / DB
         if not path.is_file():
+            if _looks_like_gallery(gdir):
+                raise GalleryCorruptError(
+                    name, f"{DB} is missing" if not path.exists() else f"{DB} is not a file"
+                )
             raise GalleryNotFoundError(f"no gallery named {name!r}")
-        db = sqlite3.connect(path, timeout=60, isolation_level=None)
+        uri = f"{path.absolute().as_uri()}?mode=rw"
         try:
-            db.execute("PRAGMA synchronous=FULL")
-            yield db
+            db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
+        except sqlite3.OperationalError:
+            if not gdir.exists():
+                raise GalleryNotFoundError(f"no gallery named {name!r}") from None
+            raise
+        try:
+            with _db_faults(name):
+                db.execute("PRAGMA synchronous=FULL")
+                yield db
         finally:
             db.close()
 
     @contextlib.contextmanager
-    def _write_lock(self, name: str) -> Iterator[None]:
+    def _write_lock(self, name: str, *, create: bool = False) -> Iterator[None]:
+        path = self._path(name) / LOCK
         try:
-            fd = os.open(self._path(name) / LOCK, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
         except FileNotFoundError:
+            if _looks_like_gallery(path.parent):
+                raise GalleryCorruptError(name, f"{LOCK} is missing") from None
             raise GalleryNotFoundError(f"no gallery named {name!r}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # per open file description: excludes other threads too
@@ -432,6 +936,7 @@ def _init_db(path: Path, info: GalleryInfo) -> None:
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         db.execute("CREATE TABLE counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         db.execute("CREATE TABLE items (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, payload TEXT)")
+        db.execute(integrity.BLOCKS_DDL)
         db.execute("INSERT INTO meta VALUES ('info', ?)", (json.dumps(asdict(info)),))
         db.executemany("INSERT INTO counters VALUES (?, 0)", [("n_rows",), ("n_deleted",)])
         db.execute("COMMIT")
@@ -439,14 +944,125 @@ def _init_db(path: Path, info: GalleryInfo) -> None:
         db.close()
 
 
-def _read_info(db: sqlite3.Connection) -> GalleryInfo:
-    meta = json.loads(db.execute("SELECT value FROM meta WHERE key = 'info'").fetchone()[0])
-    meta["count"] = _counter(db, "n_rows") - _counter(db, "n_deleted")  # kept in step by every write
-    return GalleryInfo(**meta)
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "uid": str,
+    "kind": str,
+    "dim": int,
+    "model": str,
+    "model_sha256": str,
+    "family": str,
+    "method": str,
+    "metric": str,
+    "created_at": (int, float),
+}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def _counter(db: sqlite3.Connection, key: str) -> int:
-    return int(db.execute("SELECT value FROM counters WHERE key = ?", (key,)).fetchone()[0])
+def _meta_values(meta: Any) -> dict[str, Any]:
+    """The gallery description's fields, each value checked (it is read from disk: never trusted).
+    Raises ValueError with the reason."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"the gallery description in {DB} is not a JSON object")
+    values: dict[str, Any] = {}
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ValueError(f"the gallery description has no valid {key!r} ({value!r:.40})")
+        values[key] = value
+    identity = meta.get("model_identity")
+    if identity is not None and not (isinstance(identity, str) and _HEX64.fullmatch(identity)):
+        raise ValueError(f"the gallery description has no valid 'model_identity' ({identity!r:.40})")
+    try:
+        metric = metric_for(values["method"], values["family"])
+    except ValueError:
+        metric = None
+    problems = [
+        (values["kind"] not in KINDS, "kind"),
+        (not 1 <= values["dim"] <= MAX_DIM, "dim"),
+        (values["family"] not in FAMILIES, "family"),
+        (metric != values["metric"], "metric"),
+        (values["family"] == "skip-thoughts" and values["kind"] != "captions", "kind"),
+        (not math.isfinite(values["created_at"]), "created_at"),
+        (not values["uid"], "uid"),
+    ]
+    bad = next((key for wrong, key in problems if wrong), None)
+    if bad is not None:
+        raise ValueError(f"the gallery description has no valid {bad!r} ({values[bad]!r:.40})")
+    return {**values, "created_at": float(values["created_at"]), "model_identity": identity}
+
+
+def _counters(db: sqlite3.Connection) -> tuple[int, int]:
+    """(n_rows, n_deleted), checked. Raises ValueError."""
+    found = dict(
+        db.execute("SELECT key, value FROM counters WHERE key IN ('n_rows', 'n_deleted')").fetchall()
+    )
+    n_rows, n_deleted = found.get("n_rows"), found.get("n_deleted")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (n_rows, n_deleted))
+    if not ints or not 0 <= n_deleted <= n_rows:  # type: ignore[operator]
+        raise ValueError(f"its counters are invalid (n_rows {n_rows!r}, n_deleted {n_deleted!r})")
+    return int(n_rows), int(n_deleted)  # type: ignore[arg-type]
+
+
+def _items_fault(db: sqlite3.Connection, n_rows: int, n_deleted: int) -> str | None:
+    """Why the items table disagrees with the counters, or None."""
+    count, high = db.execute("SELECT count(*), max(pos) FROM items").fetchone()
+    if count and (not isinstance(high, int) or high >= n_rows):
+        return f"items point at rows up to {high}, past the {n_rows} acknowledged rows"
+    if count != n_rows - n_deleted:
+        return f"it holds {count} items but its counters say {n_rows - n_deleted}"
+    return None
+
+
+@contextlib.contextmanager
+def _db_faults(name: str) -> Iterator[None]:
+    """SQLite errors that mean the database is damaged, raised as GalleryCorruptError."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        reason = _db_fault(exc)
+        if reason is None:
+            raise
+        raise GalleryCorruptError(name, reason) from None
+
+
+def _db_fault(exc: sqlite3.DatabaseError) -> str | None:
+    """The reason when an SQLite error means the database is damaged (not busy, locked or read-only)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    damaged = isinstance(code, int) and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    if damaged or str(exc).startswith(("no such table", "no such column")):
+        return f"{DB} is unreadable ({exc})"
+    return None
+
+
+def _looks_like_gallery(path: Path) -> bool:
+    """A directory holding any gallery file: one that lost its database is damaged, not absent."""
+    return path.is_dir() and any(os.path.lexists(path / f) for f in (DB, VECTORS, LOCK))
+
+
+def _short_reason(size: int, need: int) -> str:
+    return (
+        f"{VECTORS} holds {size} bytes, fewer than the {need} its acknowledged rows need "
+        "(truncated; never padded)"
+    )
+
+
+def _creation_alive(path: Path) -> bool:
+    """Whether a ``.NAME.creating-*`` directory belongs to a creation still running (its lock held)."""
+    try:
+        fd = os.open(path / LOCK, os.O_RDWR)
+    except FileNotFoundError:  # the instant between mkdtemp and the lock, or a crash right then
+        with contextlib.suppress(OSError):
+            return time.time() - path.stat().st_mtime < _STALE_CREATING_S
+        return False
+    except OSError:
+        return True  # cannot tell: leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> list[str]:
@@ -466,11 +1082,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise GalleryInputError(
-            f"bad gallery name {name!r}: use 1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
-        )
+def check_gallery_name(name: Any) -> str:
+    """``name`` if it is a valid gallery name (matched whole), else GalleryInputError."""
+    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+        raise GalleryInputError(f"bad gallery name {name!r}: use {GALLERY_NAME_RULE}")
+    return name
 
 
 def _check_id(item_id: Any) -> str:
@@ -502,8 +1118,13 @@ def _dump_payload(payload: Any) -> str | None:
     return text
 
 
-def _load_payload(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _load_payload(name: str, text: Any) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        raise GalleryCorruptError(name, f"an item payload in {DB} is not JSON") from None
 
 
 def _as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:
@@ -525,11 +1146,18 @@ def _as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:
 def _check_compatible(info: GalleryInfo, *, kind: str | None = None, model: ModelRef | None = None) -> None:
     if kind is not None and kind != info.kind:
         raise GalleryMismatchError(f"gallery {info.name!r} holds {info.kind}, not {kind}")
-    if model is not None and model.sha256 != info.model_sha256:
+    if model is not None and not model.matches(info):
         raise GalleryMismatchError(
-            f"gallery {info.name!r} was embedded with model {info.model!r} "
-            f"(manifest sha256 {info.model_sha256[:12]}), not {model.name!r} ({model.sha256[:12]})"
+            f"gallery {info.name!r} was embedded with model {info.model!r} ({_pin(info)}), "
+            f"not {model.name!r} (identity {model.identity[:12]})"
         )
+
+
+def _pin(info: GalleryInfo) -> str:
+    """How a gallery pins its model, for messages."""
+    if info.model_identity is not None:
+        return f"identity {info.model_identity[:12]}"
+    return f"manifest sha256 {info.model_sha256[:12]}"
 
 
 def _query_side(info: GalleryInfo, query_kind: str) -> Side:
@@ -545,4 +1173,20 @@ def _query_side(info: GalleryInfo, query_kind: str) -> Side:
     return "image" if query_kind == "images" else "caption"
 
 
-__all__ = ["KINDS", "MAX_K", "MAX_QUERIES", "GalleryInfo", "GalleryStore", "ModelRef", "default_root"]
+__all__ = [
+    "GALLERY_NAME_PATTERN",
+    "GALLERY_NAME_RULE",
+    "KINDS",
+    "MAX_K",
+    "MAX_QUERIES",
+    "CheckReport",
+    "CorruptGallery",
+    "GalleryEntry",
+    "GalleryInfo",
+    "GalleryStore",
+    "ModelRef",
+    "RepairReport",
+    "check_gallery_name",
+    "default_root",
+    "same_model",
+]

@@ -25,7 +25,7 @@ from lnserve.app.pull.catalog import CatalogEntry, RemoteFile, source_url
 from lnserve.app.pull.download import Downloaded, Progress, RetryPolicy, download
 from lnserve.app.pull.errors import ChecksumMismatchError, MissingFilesError, PullError
 from lnserve.app.runtime.onnx_export import export_onnx
-from lnserve.converters.artifact import MANIFEST, read_artifact, staging_dir, write_json
+from lnserve.converters.artifact import MANIFEST, model_name, read_artifact, staging_dir, write_json
 from lnserve.converters.errors import ArtifactError
 from lnserve.converters.hashing import sha256_file
 
@@ -77,7 +77,7 @@ def pull(
         else:
             records = _collect_local(entry, from_dir, work, options)
         with staging_dir(out, overwrite=overwrite) as tmp:
-            manifest = _convert(entry, work, tmp, options.cell)
+            manifest = _convert(entry, work, tmp, model_name(out), options.cell)
             if options.export:  # servable by the default onnx backend without building graphs at startup
                 export_onnx(tmp)
             manifest = _record_pull(tmp, entry, records, from_dir)
@@ -213,12 +213,12 @@ def _local_record(path: Path, expected: str | None, *, member: str | None = None
     return rec
 
 
-def _convert(entry: CatalogEntry, work: Path, out: Path, cell: str | None) -> dict[str, Any]:
+def _convert(entry: CatalogEntry, work: Path, out: Path, name: str, cell: str | None) -> dict[str, Any]:
     if entry.converter == "order-embedding":
         from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 
         model = read_order_embedding(work / entry.args["prefix"], cell=cell)
-        return write_order_embedding(model, out, name=entry.name, overwrite=True)
+        return write_order_embedding(model, out, name=name, overwrite=True)
     if entry.converter == "skip-thoughts":
         from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
@@ -228,7 +228,7 @@ def _convert(entry: CatalogEntry, work: Path, out: Path, cell: str | None) -> di
             bi=work / bi if bi else None,
             tables=work,
             out=out,
-            name=entry.name,
+            name=name,
             cell=cell,
             overwrite=True,
         )

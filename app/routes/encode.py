@@ -32,6 +32,7 @@ async def encode(body: EncodeRequest, request: Request, registry: RegistryDep) -
             "encoding": body.encoding,
             "vectors": encode_vectors(vectors, body.encoding),
             "token_counts": [len(s) for s in seqs],
+            "unk_counts": entry.unk_counts(seqs),
         }
     )
 

@@ -37,10 +37,7 @@ async def info(registry: RegistryDep, settings: SettingsDep, store: GalleriesDep
             "ready": registry.ready,
             "default_model": registry.default_name,
             "models": registry.describe(),
-            "galleries": [
-                {"name": g.name, "kind": g.kind, "model": g.model, "count": g.count, "metric": g.metric}
-                for g in galleries
-            ],
+            "galleries": [g.summary() for g in galleries],  # damaged ones too, with state and reason
             "limits": settings.limits(),
         }
     )

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.galleries.store import GalleryInfo, GalleryStore, ModelRef
+from lnserve.app.galleries.store import GalleryInfo, GalleryStore, ModelRef, same_model
 from lnserve.app.gallery_ops import encode_inputs, model_for
 from lnserve.app.registry import ModelEntry
 from lnserve.app.schemas_retrieval import (
@@ -113,7 +113,7 @@ def _stored_vectors(
         source = q.gallery or info.name
         if source not in sources:
             sources[source] = store.get(source)
-            if sources[source].model_sha256 != info.model_sha256:
+            if not same_model(sources[source], info):
                 raise GalleryMismatchError(
                     f"gallery {source!r} (model {sources[source].model!r}) and gallery {info.name!r} "
                     f"(model {info.model!r}) were embedded by different models"

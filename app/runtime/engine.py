@@ -8,7 +8,7 @@ ONNX backends are interchangeable and padding never changes a vector.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,7 +17,7 @@ import numpy as np
 
 from lnserve.app.runtime.bucketing import length_batches, pad_ids, reverse_padded
 from lnserve.app.runtime.scoring import error_matrix
-from lnserve.app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for
+from lnserve.app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for, unk_counts
 from lnserve.converters.artifact import Artifact, read_artifact
 from lnserve.converters.errors import EncodeInputError, ProviderUnavailableError
 
@@ -45,6 +45,7 @@ def l2normalize(x: np.ndarray) -> np.ndarray:
 class Encoded:
     vectors: np.ndarray  # (N, dim) float32
     token_counts: list[int]  # steps run per sentence, eos included
+    unk_counts: list[int]  # of those, steps on the UNK id / row (words the model does not know)
 
 
 def needs_torch(artifact: Artifact) -> str | None:
@@ -117,6 +118,10 @@ class Engine:
             )
         return seqs
 
+    def unk_counts(self, seqs: Sequence[Sequence[int]]) -> list[int]:
+        """Per sequence from ``token_ids``: how many tokens mapped to UNK."""
+        return unk_counts(seqs, self.vocab.unk)
+
     def encode_sentences(
         self,
         sentences: Sequence[str],
@@ -125,9 +130,15 @@ class Engine:
         eos: bool | None = None,
         normalize: bool | None = None,
         batch_size: int = 128,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         return self.encode(
-            sentences, pretokenized=pretokenized, eos=eos, normalize=normalize, batch_size=batch_size
+            sentences,
+            pretokenized=pretokenized,
+            eos=eos,
+            normalize=normalize,
+            batch_size=batch_size,
+            progress=progress,
         ).vectors
 
     def encode(
@@ -138,22 +149,30 @@ class Engine:
         eos: bool | None = None,
         normalize: bool | None = None,
         batch_size: int = 128,
+        progress: Callable[[int], None] | None = None,
     ) -> Encoded:
         eos = self.defaults["eos"] if eos is None else eos
         normalize = self.defaults["normalize"] if normalize is None else normalize
         seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=eos)
-        vectors = self.encode_ids(seqs, normalize=normalize, batch_size=batch_size)
-        return Encoded(vectors, [len(s) for s in seqs])
+        vectors = self.encode_ids(seqs, normalize=normalize, batch_size=batch_size, progress=progress)
+        return Encoded(vectors, [len(s) for s in seqs], self.unk_counts(seqs))
 
     def encode_ids(
-        self, seqs: Sequence[Sequence[int]], *, normalize: bool, batch_size: int = 128
+        self,
+        seqs: Sequence[Sequence[int]],
+        *,
+        normalize: bool,
+        batch_size: int = 128,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """Encode sequences from ``token_ids``: the HTTP batcher tokenises (and checks limits) before it
-        queues, then encodes many requests' sequences in one call."""
+        queues, then encodes many requests' sequences in one call. ``progress(n)`` after each batch of n."""
         out = np.empty((len(seqs), self.output_dim), dtype=np.float32)
         for idx in length_batches([len(s) for s in seqs], batch_size):
             ids, lengths = pad_ids([seqs[i] for i in idx])
             out[idx] = self._encode_batch(ids, lengths, normalize=normalize)
+            if progress is not None:
+                progress(len(idx))
         return out
 
     def _encode_batch(self, ids: np.ndarray, lengths: np.ndarray, *, normalize: bool) -> np.ndarray:

@@ -24,8 +24,8 @@ vectors (dim 1024, 100k items) it pruned nothing for m <= 128; m = 384 pruned ~9
 queries but none for image queries, at a third of the full cost plus a column gather. It is data-dependent and
 never cheaper than the worst case here, so the scan stays exhaustive.
 
-``LNSERVE_SCORER`` picks one (``auto`` = compiled when a C compiler is present, else numpy); a compiled
-kernel that fails to build falls back to numpy with a warning.
+The ``scorer`` setting (``LNSERVE_SCORER``) picks one (``auto`` = compiled when a C compiler is present, else
+numpy); a compiled kernel that fails to build falls back to numpy with a warning.
 """
 
 from __future__ import annotations
@@ -187,8 +187,9 @@ _kernel_lock = threading.Lock()
 
 
 def get_kernel(name: str | None = None) -> Kernel:
-    """The order-violation kernel named by ``name`` or ``LNSERVE_SCORER`` (built once per process)."""
-    name = (name or os.environ.get("LNSERVE_SCORER") or "auto").lower()
+    """The order-violation kernel named by ``name`` (the ``scorer`` setting; default auto), built once per
+    process."""
+    name = (name or "auto").lower()
     if name not in SCORERS:
         raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(SCORERS)}")
     if name == "auto":

@@ -18,6 +18,8 @@ def tokenizer_for(name: str, *, pretokenized: bool) -> Callable[[str], list[str]
 class OrderVocabulary:
     """worddict lookup: unknown words and ids >= n_words become UNK (1); ``<eos>`` is id 0."""
 
+    unk: int | None = UNK_ID
+
     def __init__(self, worddict: dict[str, int], n_words: int) -> None:
         self.worddict, self.n_words = worddict, n_words
 
@@ -31,12 +33,18 @@ class OrderVocabulary:
         return ids
 
 
+def unk_counts(seqs: Sequence[Sequence[int]], unk: int | None) -> list[int]:
+    """Per sequence, how many steps the model ran on the UNK id or row: words it does not know (a user asking
+    about words outside the vocabulary gets an arbitrary answer and should be able to see why)."""
+    return [0 if unk is None else sum(1 for i in seq if i == unk) for seq in seqs]
+
+
 class TableVocabulary:
     """dictionary.txt lookup into the word tables: missing words take the ``UNK`` row (case-sensitive)."""
 
     def __init__(self, words: Sequence[str]) -> None:
         self.index = {w: i for i, w in enumerate(words)}  # a duplicated word keeps the later row
-        self.unk = self.index.get("UNK")
+        self.unk: int | None = self.index.get("UNK")
         self.eos = self.index.get("<eos>")
 
     def ids(self, tokens: Sequence[str], *, eos: bool) -> list[int]:

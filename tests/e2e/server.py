@@ -52,13 +52,13 @@ def start_server(
         **os.environ,
         "LNSERVE_GALLERIES_DIR": str(tmp / "galleries"),  # never the user's own galleries
         "LNSERVE_THREADS": "1",
-        "PYTHONPATH": str(ROOT),
         **(env or {}),
     }
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [
                 sys.executable,
+                "-I",  # only the installed package: the checkout's folders are not top-level imports
                 "-c",
                 "from lnserve.app.cli import main; main()",
                 "serve",

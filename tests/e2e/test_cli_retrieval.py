@@ -68,3 +68,15 @@ def test_gallery_build_ls_rm(artifacts: dict[str, Path], tmp_path: Path) -> None
     gone = run_cli("gallery", "rm", "ims", "--galleries-dir", root)
     assert gone.returncode == 2 and "[gallery_not_found]" in gone.stderr
     assert "ims" not in run_cli("gallery", "ls", "--galleries-dir", root, check=True).stdout
+
+
+def test_gallery_build_refuses_a_name_with_a_trailing_newline(
+    artifacts: dict[str, Path], tmp_path: Path
+) -> None:
+    root = tmp_path / "galleries"
+    (tmp_path / "caps.txt").write_text("a dog\n", "utf-8")
+    proc = run_cli("gallery", "build", "evil\n", "--model", str(artifacts["oe_order_gru"]),
+                   "--captions", str(tmp_path / "caps.txt"), "--galleries-dir", str(root))  # fmt: skip
+    assert proc.returncode == 2 and "[invalid_input]" in proc.stderr and "bad gallery name" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not root.exists() or not any("\n" in p.name for p in root.iterdir())

@@ -3,19 +3,26 @@
 One server holds every converted golden fixture (API key on, small limits); vectors through HTTP must match
 the legacy goldens to <= 1e-5 in both encodings. Queue, disconnect and SIGTERM behaviour get their own
 small demo-model servers with a deliberately tiny queue or a long batching wait.
+
+Nothing waits a fixed time for something to happen: the tests poll (logs, the queue depth in /metrics) with a
+deadline. A request is held in the queue by a batching wait far longer than any test (60 s) and released by
+a second request that fills its batch; a request is held in flight across SIGTERM by sending its body only
+after the signal (``Expect: 100-continue`` proves the server is already waiting for it).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
+import socket
 import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx
 import numpy as np
@@ -43,6 +50,21 @@ def server(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
 def client(server: LiveServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, headers=AUTH, timeout=60.0) as c:
         yield c
+
+
+def _poll(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait until ``condition`` holds (checked every 10 ms); fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _metric(server: LiveServer, name: str, model: str = "demo-lngru") -> float | None:
+    """One sample of /metrics, e.g. ``lnserve_queue_depth``; None when absent."""
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    m = re.search(rf'^{name}{{model="{re.escape(model)}"}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def _close(ours: Any, gold: np.ndarray, what: str) -> None:
@@ -94,6 +116,14 @@ def test_base64_round_trip_is_exact(client: httpx.Client) -> None:
     b64 = _encode(client, model="oe_order_lngru", sentences=caps, pretokenized=True, encoding="base64")
     assert b64["encoding"] == "base64" and len(b64["vectors"]) == 10
     np.testing.assert_array_equal(_b64(b64["vectors"]), np.asarray(floats["vectors"], dtype=np.float32))
+
+
+def test_unk_counts_say_how_many_words_the_model_does_not_know(client: httpx.Client) -> None:
+    oe = _encode(client, model="oe_order_lngru", sentences=["a dog on a bus", "a zqxj dog wvkp", "zqxj"])
+    assert oe["token_counts"] == [6, 5, 2] and oe["unk_counts"] == [0, 2, 1]  # eos is known
+    sents = ["robots are cool", "robots zqxj"]
+    st = _encode(client, model="skipthoughts_gru", sentences=sents, pretokenized=True)
+    assert st["token_counts"] == [3, 2] and st["unk_counts"] == [0, 1]
 
 
 # -- OpenAI-compatible --------------------------------------------------------------------------------
@@ -159,10 +189,14 @@ def test_health_ready_metrics_need_no_key(server: LiveServer, client: httpx.Clie
 def test_access_log_is_json_with_request_id(server: LiveServer, client: httpx.Client) -> None:
     r = client.get("/models", headers={"X-Request-ID": "trace-123"})
     assert r.headers["x-request-id"] == "trace-123"
-    time.sleep(0.2)
-    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
-    hits = [x for x in lines if x.get("request_id") == "trace-123"]
-    assert hits and hits[0]["status"] == 200 and hits[0]["route"] == "/models" and "duration_ms" in hits[0]
+
+    def hits() -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+        return [x for x in lines if x.get("request_id") == "trace-123" and "route" in x]
+
+    _poll(lambda: bool(hits()), "the access log line")
+    hit = hits()[0]
+    assert hit["status"] == 200 and hit["route"] == "/models" and "duration_ms" in hit
 
 
 # -- error paths ------------------------------------------------------------------------------------
@@ -225,46 +259,101 @@ def test_422_paths(client: httpx.Client) -> None:
 
 # -- queue, disconnect, drain (demo model, own servers) -------------------------------------------------
 @pytest.fixture
-def tiny_queue(tmp_path: Path) -> Iterator[LiveServer]:
-    """max_queue 1 and a 300 ms batching wait: a second concurrent request finds the queue full."""
-    srv = start_server(tmp_path, env={"LNSERVE_MAX_QUEUE": "1", "LNSERVE_MAX_WAIT_MS": "300"})
-    yield srv
-    srv.stop()
+def held_queue(tmp_path: Path) -> Iterator[LiveServer]:
+    """Room for 2 queued sentences, batches of 2, and a 60 s wait for company: a lone queued sentence stays
+    queued until a second one fills its batch, however slow the machine."""
+    env = {"LNSERVE_MAX_QUEUE": "2", "LNSERVE_MAX_BATCH_SIZE": "2", "LNSERVE_MAX_WAIT_MS": "60000"}
+    srv = start_server(tmp_path, env=env, wait_ready=False)
+    try:
+        _keep_warm_up_company(srv)
+        yield srv
+    finally:
+        srv.stop()
 
 
-def test_429_with_retry_after_then_disconnect_frees_the_slot(tiny_queue: LiveServer) -> None:
-    url = tiny_queue.url + "/encode"
-    with ThreadPoolExecutor(8) as pool:
-        responses = list(pool.map(lambda i: httpx.post(url, json={"sentences": [f"dog {i}"]}), range(8)))
-    statuses = sorted(r.status_code for r in responses)
-    assert 200 in statuses and 429 in statuses, statuses
-    assert set(statuses) <= {200, 429}
-    full = next(r for r in responses if r.status_code == 429)
-    assert full.headers["retry-after"] == "1" and full.json()["error"]["code"] == "queue_full"
+def _keep_warm_up_company(srv: LiveServer, timeout: float = 120.0) -> None:
+    """Until /ready: whenever a lone job waits for company (the warm-up goes through the batcher), send one
+    sentence to fill its batch, so start-up never sits out the 60 s wait."""
+    deadline = time.monotonic() + timeout
+    while httpx.get(srv.url + "/ready", timeout=10).status_code != 200:
+        assert time.monotonic() < deadline and srv.proc.poll() is None, srv.log()
+        if _metric(srv, "lnserve_queue_depth") == 1.0:
+            company = httpx.post(srv.url + "/encode", json={"sentences": ["a red circle"]}, timeout=60)
+            assert company.status_code == 200, company.text
+        else:
+            time.sleep(0.01)
 
-    # a client that gives up while queued is withdrawn: the next request is admitted at once
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, json={"sentences": ["a cat"]}, timeout=0.1)
-    time.sleep(0.05)
-    assert httpx.post(url, json={"sentences": ["a dog"]}).status_code == 200
-    metrics = httpx.get(tiny_queue.url + "/metrics").text
-    assert 'lnserve_cancelled_total{model="demo-lngru"} 1.0' in metrics
-    assert 'lnserve_rejected_total{model="demo-lngru"}' in metrics
+
+def _post_in_background(url: str, body: dict[str, Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    result: dict[str, Any] = {}
+    sender = threading.Thread(target=lambda: result.update(r=httpx.post(url, json=body, timeout=120)))
+    sender.start()
+    return sender, result
+
+
+def _send_and_keep_open(server: LiveServer, body: dict[str, Any]) -> socket.socket:
+    """A raw POST /encode whose client can then go away (close the socket) while the job is queued."""
+    u = urlparse(server.url)
+    data = json.dumps(body).encode()
+    sock = socket.create_connection((u.hostname, u.port), timeout=30)
+    head = f"POST /encode HTTP/1.1\r\nHost: {u.netloc}\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def test_429_with_retry_after_then_disconnect_frees_the_slot(held_queue: LiveServer) -> None:
+    url = held_queue.url + "/encode"
+    queued, first = _post_in_background(url, {"sentences": ["a red circle"]})
+    _poll(lambda: _metric(held_queue, "lnserve_queue_depth") == 1.0, "the first sentence to queue")
+
+    full = httpx.post(url, json={"sentences": ["a blue square", "a green star"]})  # 1 + 2 > max_queue
+    assert full.status_code == 429 and full.headers["retry-after"] == "1"
+    assert full.json()["error"]["code"] == "queue_full"
+    company = httpx.post(url, json={"sentences": ["a red square"]}, timeout=60)  # fills the batch of 2
+    queued.join(60)
+    assert company.status_code == 200 and first["r"].status_code == 200
+
+    # a client that goes away while queued is withdrawn at once: its room is free for the next request
+    gone = _send_and_keep_open(held_queue, {"sentences": ["a cat"]})
+    _poll(lambda: _metric(held_queue, "lnserve_queue_depth") == 1.0, "the abandoned sentence to queue")
+    gone.close()
+    _poll(lambda: _metric(held_queue, "lnserve_cancelled_total") == 1.0, "the withdrawal")
+    assert _metric(held_queue, "lnserve_queue_depth") == 0.0
+    both = httpx.post(
+        url, json={"sentences": ["a dog", "a bus"]}, timeout=60
+    )  # 2 rows: 429 if "a cat" stayed
+    assert both.status_code == 200, both.text
+    assert _metric(held_queue, "lnserve_rejected_total") == 1.0
+
+
+def _read_until(sock: socket.socket, marker: bytes | None) -> bytes:
+    """Read until ``marker`` arrives, or (``None``) until the server closes the connection."""
+    data = b""
+    while marker is None or marker not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            assert marker is None, f"connection closed; got {data!r}"
+            break
+        data += chunk
+    return data
 
 
 def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
-    srv = start_server(tmp_path, env={"LNSERVE_MAX_WAIT_MS": "1500"})
-    result: dict[str, httpx.Response] = {}
-    sender = threading.Thread(
-        target=lambda: result.update(
-            r=httpx.post(srv.url + "/encode", json={"sentences": ["a dog"]}, timeout=30)
-        )
-    )
-    sender.start()
-    time.sleep(0.5)  # the request is queued, its batch waits 1.5 s for company
-    srv.proc.send_signal(signal.SIGTERM)
-    sender.join(30)
-    assert result["r"].status_code == 200 and len(result["r"].json()["vectors"]) == 1
+    srv = start_server(tmp_path)
+    u = urlparse(srv.url)
+    body = json.dumps({"sentences": ["a dog"]}).encode()
+    head = f"POST /encode HTTP/1.1\r\nHost: {u.netloc}\r\nContent-Type: application/json\r\n"
+    with socket.create_connection((u.hostname, u.port), timeout=60) as sock:
+        sock.sendall(f"{head}Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        assert _read_until(sock, b"\r\n\r\n").startswith(b"HTTP/1.1 100")  # the app awaits our body
+        srv.proc.send_signal(signal.SIGTERM)
+        # uvicorn has stopped accepting and now waits (up to drain_timeout_s) for in-flight requests
+        _poll(lambda: "Waiting for connections to close" in srv.log(), "the server to start draining")
+        sock.sendall(body)  # the request completes only now, during the drain: it must still be answered
+        response = _read_until(sock, None)  # draining: the server closes the connection after answering
+    assert response.startswith(b"HTTP/1.1 200"), response[:300]
+    vectors = json.loads(response.split(b"\r\n\r\n", 1)[1])["vectors"]
+    assert len(vectors) == 1
     # uvicorn re-raises the captured SIGTERM once it has drained and run the lifespan shutdown
     assert srv.proc.wait(30) in (0, -signal.SIGTERM)
     assert '"msg": "shut down"' in srv.log()

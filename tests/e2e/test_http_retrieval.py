@@ -152,8 +152,8 @@ def test_list_get_delete_and_info(client: httpx.Client) -> None:
     hits = _ok(client.post("/retrieve", json={"gallery": "listed", "query": {"text": "a dog"}, "k": 100}))
     assert len(hits["results"]) == 11 and "img3" not in {h["id"] for h in hits["results"]}
     info = {g["name"]: g for g in _ok(client.get("/info"))["galleries"]}
-    want = {"name": "listed", "kind": "images", "model": "oe_order_lngru", "count": 11}
-    assert info["listed"] == {**want, "metric": "order_violation"}
+    want = {"name": "listed", "state": "ok", "reason": None, "kind": "images", "model": "oe_order_lngru"}
+    assert info["listed"] == {**want, "count": 11, "metric": "order_violation"}
 
 
 def test_bad_inputs(client: httpx.Client) -> None:

@@ -49,6 +49,14 @@ def test_statuses_of_the_service_errors() -> None:
 def test_error_body_shape_and_unencodable_text() -> None:
     resp = error_response(404, "model_not_found", "no model named '\ud800'", request_id="r1")
     body = json.loads(resp.body)
-    assert body == {
-        "error": {"code": "model_not_found", "message": body["error"]["message"], "request_id": "r1"}
+    assert body == {  # the lone surrogate is escaped, not dropped and not a 500
+        "error": {"code": "model_not_found", "message": "no model named '\\ud800'", "request_id": "r1"}
     }
+
+
+def test_a_corrupt_gallery_is_unavailable_not_an_internal_error() -> None:
+    """503: the server is healthy and serves the other galleries; the CLI exits 2 with the reason."""
+    err = lnserve.app.galleries.errors.GalleryCorruptError("g", "vectors.f32 is missing")
+    assert (err.code, err.http_status, err.exit_code) == ("gallery_corrupt", 503, 2)
+    assert str(err) == "gallery 'g' is corrupt: vectors.f32 is missing"
+    assert err.reason == "vectors.f32 is missing"

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.app.settings import Settings
+from lnserve.app.settings import InvalidSettingError, Settings, load_settings
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,3 +42,21 @@ def test_invalid_values_are_refused() -> None:
         Settings(backend="tensorflow")
     with pytest.raises(ValidationError):
         Settings(max_queue=0)
+
+
+def test_load_settings_names_the_source_and_what_is_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LNSERVE_MODELS", "[not json")
+    monkeypatch.setenv("LNSERVE_MAX_WAIT_MS", "-1")
+    with pytest.raises(InvalidSettingError) as err:
+        load_settings({"host": "0.0.0.0", "log_level": "loud"})
+    assert err.value.code == "invalid_setting" and err.value.exit_code == 2
+    message = str(err.value)
+    assert "LNSERVE_MODELS='[not json': models must be a comma-separated list or a JSON list" in message
+    assert "LNSERVE_MAX_WAIT_MS='-1': max_wait_ms must be a number >= 0" in message
+    assert "--log-level 'loud': log_level must be one of debug, info, warning, error" in message
+    assert "\n" not in message
+
+
+def test_load_settings_with_good_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LNSERVE_PORT", "9000")
+    assert load_settings({"backend": "torch"}).port == 9000

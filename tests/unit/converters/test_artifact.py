@@ -135,3 +135,21 @@ def test_added_files_are_recorded_and_checked(pristine: dict[str, Path], tmp_pat
     (path / "extra/part.bin").write_bytes(b"\x01" + blob[1:])
     with pytest.raises(ManifestMismatchError, match=r"extra/part\.bin: sha256 differs"):
         read_artifact(path)
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_symlinked_output_is_refused_even_with_overwrite(dangling: bool, tmp_path: Path) -> None:
+    """Writing through a link replaced (or created) the link's target; the target stays untouched."""
+    target = tmp_path / "elsewhere"
+    if not dangling:
+        target.mkdir()
+        (target / "keep.txt").write_text("mine")
+    link = tmp_path / "out"
+    link.symlink_to(target, target_is_directory=True)
+    model = read_order_embedding(OE_DIR / "oe_order_gru")
+    with pytest.raises(ArtifactError, match=r"out: output path is a symbolic link \(to .*elsewhere\)"):
+        write_order_embedding(model, link, name="x", overwrite=True)
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["out", *(["elsewhere"] * (not dangling))]
+    )
+    assert dangling or (target / "keep.txt").read_text() == "mine"

@@ -11,8 +11,11 @@ import pytest
 
 from lnserve.converters.errors import CorruptFileError, TableMismatchError
 from lnserve.converters.legacy_files import convert_table, read_dictionary, read_npz
+from lnserve.converters.order_embedding import read_order_embedding
+from lnserve.converters.skip_thoughts import read_skip_half
 from tests.conftest import LEGACY, ST_VARIANTS
-from tests.support.broken import OE_DIR, npy_bytes, truncated
+from tests.support import forged
+from tests.support.broken import OE_DIR, copy_oe, copy_st, npy_bytes, truncated
 from tests.support.legacy_format import write_legacy_table, write_legacy_table_stream
 
 
@@ -134,3 +137,114 @@ def test_dictionary_splits_on_newline_only(tmp_path: Path) -> None:
     path.write_bytes(b"UNK\n\xff\xfe\n")
     with pytest.raises(CorruptFileError, match="line 2 is not valid UTF-8"):
         read_dictionary(path)
+
+
+# -- issue 15: hostile archives ----------------------------------------------------------------------
+BOMB = 256 << 20  # declared bytes of the zip bombs below (each about 260 KB on disk, never inflated)
+
+
+def _oe_with(tmp_path: Path, *extra: forged.Member, drop: str | None = None) -> Path:
+    """A copy of the order-embedding fixture whose .npz is rebuilt with ``extra`` members."""
+    prefix = copy_oe(tmp_path)
+    npz = Path(f"{prefix}.npz")
+    members = [m for m in forged.npz_members(npz) if m.name != drop]
+    forged.write_zip(npz, [*members, *extra])
+    return prefix
+
+
+def _member(name: str, arr: np.ndarray) -> forged.Member:
+    return forged.stored(f"{name}.npy", npy_bytes(arr))
+
+
+def test_unneeded_members_are_never_read(tmp_path: Path) -> None:
+    """A 256 MiB bomb with a wrong CRC: reading it would fail (the unfixed reader inflated every member)."""
+    bomb = forged.deflate_bomb("junk.npy", forged.npy_header((BOMB // 4,)), BOMB)
+    bomb.crc ^= 1
+    model = read_order_embedding(_oe_with(tmp_path, bomb))
+    assert "ignored extra parameter(s) in oe_order_gru.npz: junk" in model.notes
+    reference = read_order_embedding(OE_DIR / "oe_order_gru")
+    assert all(np.array_equal(model.tensors[k], v) for k, v in reference.tensors.items())
+
+
+def test_unused_skip_thoughts_wemb_is_never_read(tmp_path: Path) -> None:
+    """Skip-thoughts' Wemb is replaced by the tables: a bomb there is never inflated."""
+    src = copy_st(tmp_path)
+    npz = src / "uni_skip.npz"
+    members = [m for m in forged.npz_members(npz) if m.name != "Wemb.npy"]
+    rows = BOMB // 40  # (rows, 10) float32: the data is exactly what the header declares
+    bomb = forged.deflate_bomb("Wemb.npy", forged.npy_header((rows, 10)), rows * 40)
+    bomb.crc ^= 1
+    forged.write_zip(npz, [*members, bomb])
+    half = read_skip_half(npz, "uni")
+    assert half.cell == "gru" and not half.notes
+
+
+def test_needed_member_that_inflates_far_beyond_its_header_is_refused(tmp_path: Path) -> None:
+    """encoder_W's header says (12, 32) float32, its stream inflates to 256 MiB: refused before inflating.
+
+    The unfixed reader took the first 1,536 bytes and converted silently."""
+    bomb = forged.deflate_bomb("encoder_W.npy", forged.npy_header((12, 32)), BOMB)
+    prefix = _oe_with(tmp_path, bomb, drop="encoder_W.npy")
+    with pytest.raises(CorruptFileError, match=r"member 'encoder_W\.npy' expands [\d,]+:1 .* zip bomb"):
+        read_order_embedding(prefix)
+
+
+def test_honest_but_extreme_ratio_is_refused(tmp_path: Path) -> None:
+    """Wemb of 1,048,576 x 12 zeros (48 MiB) that the options agree with, deflated 1000:1."""
+    rows = 1 << 20
+    bomb = forged.deflate_bomb("Wemb.npy", forged.npy_header((rows, 12)), rows * 48)
+    prefix = _oe_with(tmp_path, bomb, drop="Wemb.npy")
+    Path(f"{prefix}.pkl").write_bytes(forged.oe_pickle(options={"n_words": rows}))
+    with pytest.raises(CorruptFileError, match=r"member 'Wemb\.npy' expands .* \(limit \d+:1\)"):
+        read_order_embedding(prefix)
+
+
+def test_member_longer_than_its_header_declares_is_refused(tmp_path: Path) -> None:
+    """Stored bytes after the declared data: the unfixed reader ignored them."""
+    payload = npy_bytes(np.zeros((12, 32), np.float32)) + b"\x01" * 4096
+    prefix = _oe_with(tmp_path, forged.stored("encoder_W.npy", payload), drop="encoder_W.npy")
+    with pytest.raises(
+        CorruptFileError, match=r"'encoder_W\.npy' is 5,760 bytes but its header declares \(12, 32\)"
+    ):
+        read_order_embedding(prefix)
+
+
+def test_size_lie_in_the_zip_header_is_caught_by_the_crc(tmp_path: Path) -> None:
+    """The zip header claims the npy size, the stream holds 256 MiB more: reading stops at the claim."""
+    header = forged.npy_header((12, 32))
+    lie = forged.deflate_bomb("encoder_W.npy", header, BOMB, declared=len(header) + 12 * 32 * 4)
+    prefix = _oe_with(tmp_path, lie, drop="encoder_W.npy")
+    with pytest.raises(CorruptFileError, match=r"member 'encoder_W\.npy' is unreadable \(Bad CRC-32"):
+        read_order_embedding(prefix)
+
+
+def test_duplicate_member_names_are_refused(tmp_path: Path) -> None:
+    """Two encoder_U members: the unfixed reader silently took the last."""
+    prefix = _oe_with(tmp_path, _member("encoder_U", np.ones((16, 32), np.float32)))
+    with pytest.raises(
+        CorruptFileError, match=r"oe_order_gru\.npz: member 'encoder_U\.npy' appears more than once"
+    ):
+        read_order_embedding(prefix)
+
+
+def test_member_names_are_escaped_in_notes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    prefix = _oe_with(tmp_path, _member("\x1b[2J\x1b[31mred\nline", np.zeros(1, np.float32)))
+    with caplog.at_level(logging.WARNING, logger="lnserve.converters"):
+        model = read_order_embedding(prefix)
+    assert model.notes == [r"ignored extra parameter(s) in oe_order_gru.npz: \x1b[2J\x1b[31mred\nline"]
+    assert "\x1b" not in caplog.text and "\x1b" not in str(model.notes)
+
+
+def test_object_member_is_refused(tmp_path: Path) -> None:
+    payload = forged.npy_header((1,), "|O") + b"\x80\x02N."
+    prefix = _oe_with(tmp_path, forged.stored("encoder_U.npy", payload), drop="encoder_U.npy")
+    with pytest.raises(CorruptFileError, match=r"'encoder_U\.npy' holds Python objects"):
+        read_order_embedding(prefix)
+
+
+def test_plain_table_with_a_short_body_is_corrupt(tmp_path: Path) -> None:
+    """A plain 2-d table whose header declares more rows than the file holds (was an internal error)."""
+    (tmp_path / "t.npy").write_bytes(forged.npy_header((1000, 10)) + bytes(40))
+    with pytest.raises(CorruptFileError, match=r"t\.npy: not a readable \.npy table"):
+        convert_table(tmp_path / "t.npy", tmp_path / "o.npy")
+    assert not (tmp_path / "o.npy").exists()

@@ -15,6 +15,7 @@ import pytest
 
 from lnserve.app.galleries.errors import (
     DuplicateItemError,
+    GalleryCorruptError,
     GalleryExistsError,
     GalleryInputError,
     GalleryMismatchError,
@@ -33,7 +34,7 @@ def _store(tmp_path: Path) -> GalleryStore:
 
 
 def _toy_model(dim: int = 8, sha: str = "a" * 64) -> ModelRef:
-    return ModelRef(name="toy", sha256=sha, family="order-embedding", method="order", dim=dim)
+    return ModelRef(name="toy", identity=sha, family="order-embedding", method="order", dim=dim)
 
 
 @pytest.mark.parametrize("name", OE_MODELS)
@@ -78,7 +79,7 @@ def test_skip_thoughts_caption_gallery_uses_cosine(artifacts: dict[str, Path], t
     assert out["score"] == {
         "metric": "cosine",
         "direction": "higher_is_better",
-        "meaning": out["score"]["meaning"],
+        "meaning": "cosine similarity (1 = identical direction)",
     }
     top = out["results"][0]
     assert top[0]["payload"]["text"] == sents[4] and top[0]["score"] == pytest.approx(1.0, abs=1e-5)
@@ -232,6 +233,8 @@ def test_bad_inputs_raise_coded_errors(tmp_path: Path) -> None:
         (lambda: store.delete_item("g", "zz"), ItemNotFoundError, 404),
         (lambda: store.create("g", kind="images", model=_toy_model()), GalleryExistsError, 409),
         (lambda: store.create("../evil", kind="images", model=_toy_model()), GalleryInputError, 422),
+        (lambda: store.create("evil\n", kind="images", model=_toy_model()), GalleryInputError, 422),
+        (lambda: store.get("g\n"), GalleryInputError, 422),
         (lambda: store.create("h", kind="videos", model=_toy_model()), GalleryInputError, 422),
         (lambda: store.remove("nope"), GalleryNotFoundError, 404),
     ]
@@ -240,3 +243,181 @@ def test_bad_inputs_raise_coded_errors(tmp_path: Path) -> None:
             call()
         assert info.value.http_status == status and info.value.exit_code == 2 and info.value.code
     assert store.get("g").count == 2  # nothing above changed the gallery
+    assert sorted(p.name for p in store.root.iterdir()) == ["g"]  # no "evil\n" directory
+
+
+def test_one_gallery_name_rule_matched_whole_by_store_and_schema() -> None:
+    """``$`` matches before a trailing newline: names must be matched whole everywhere, by one pattern."""
+    from pydantic import ValidationError
+
+    from lnserve.app.galleries.store import check_gallery_name
+    from lnserve.app.schemas_retrieval import GalleryCreate
+
+    for bad in ("evil\n", "a\nb", "", ".hidden", "a" * 129, "x/y"):
+        with pytest.raises(GalleryInputError):
+            check_gallery_name(bad)
+        with pytest.raises(ValidationError):
+            GalleryCreate(name=bad, kind="images")
+    for good in ("a", "coco-ims_2014.v1", "9" * 128):
+        assert check_gallery_name(good) == good and GalleryCreate(name=good, kind="images").name == good
+
+
+# -- storage faults: detected and refused, never served nor "healed" ---------------------------------------
+def _three_adds(tmp_path: Path, name: str = "g") -> tuple[GalleryStore, np.ndarray]:
+    """A gallery of 12 rows written by 3 adds (3 checksummed blocks), and its vectors."""
+    store = _store(tmp_path)
+    store.create(name, kind="images", model=_toy_model())
+    vecs = np.abs(np.random.default_rng(1).standard_normal((12, 8))).astype(np.float32)
+    for b in range(3):
+        store.add_items(name, vecs[4 * b : 4 * b + 4], ids=[str(i) for i in range(4 * b, 4 * b + 4)])
+    return store, vecs
+
+
+def test_a_short_vector_file_is_refused_never_zero_filled(tmp_path: Path) -> None:
+    store, _ = _three_adds(tmp_path)
+    path = store.root / "g" / "vectors.f32"
+    os.truncate(path, 5 * 4 * 8)  # below the 12 acknowledged rows
+    reopened = _store(tmp_path)
+    with pytest.raises(GalleryCorruptError) as info:
+        reopened.add_items("g", np.ones((1, 8), np.float32), ids=["x"])
+    assert info.value.http_status == 503 and info.value.exit_code == 2 and "truncated" in str(info.value)
+    assert path.stat().st_size == 5 * 4 * 8  # nothing written, nothing padded with zeros
+    with pytest.raises(GalleryCorruptError):
+        reopened.search("g", np.ones(8, np.float32), 3, query_kind="captions")
+    assert reopened.list()[0].as_dict()["state"] == "corrupt"
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _write_nan(path: Path, row: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(row * 32)
+        f.write(np.full(8, np.nan, "<f4").tobytes())
+
+
+_FAULTS = {
+    "bit rot": (lambda g: _flip(g / "vectors.f32", 9 * 32 + 2), "rows 8-11 do not match their checksum"),
+    "nan bytes": (lambda g: _write_nan(g / "vectors.f32", row=1), "rows 0-3 do not match their checksum"),
+    "vectors deleted": (lambda g: (g / "vectors.f32").unlink(), "vectors.f32 is missing"),
+    "database deleted": (lambda g: (g / "gallery.sqlite").unlink(), "gallery.sqlite is missing"),
+    "database emptied": (lambda g: os.truncate(g / "gallery.sqlite", 0), "gallery.sqlite is unreadable"),
+    "lock deleted": (lambda g: (g / "write.lock").unlink(), "write.lock is missing"),
+}
+
+
+@pytest.mark.parametrize("fault", list(_FAULTS))
+def test_damage_is_reported_as_corrupt_not_absent_nor_internal(fault: str, tmp_path: Path) -> None:
+    store, vecs = _three_adds(tmp_path)
+    store.create("other", kind="images", model=_toy_model())
+    damage, reason = _FAULTS[fault]
+    damage(store.root / "g")
+    reopened = _store(tmp_path)
+    calls = [
+        lambda: reopened.get("g"),
+        lambda: reopened.search("g", vecs[:2], 3, query_kind="captions"),
+        lambda: reopened.get_item("g", "9", with_vector=True),
+        lambda: reopened.add_items("g", vecs[:1], ids=["new"]),
+        lambda: reopened.delete_item("g", "1"),
+    ]
+    for call in calls:
+        with pytest.raises(GalleryCorruptError) as info:
+            call()
+        assert reason in info.value.reason and info.value.http_status == 503
+    listed = {e.name: e.as_dict() for e in reopened.list() + reopened.verify_all()}
+    assert listed["g"]["state"] == "corrupt" and reason in listed["g"]["reason"]
+    assert listed["other"]["state"] == "ok" and reopened.get("other").count == 0  # the others serve
+
+
+def test_repair_keeps_the_blocks_before_the_damage(tmp_path: Path) -> None:
+    store, vecs = _three_adds(tmp_path)
+    _flip(store.root / "g" / "vectors.f32", 5 * 32)  # second add: rows 4-7
+    report = store.check("g")
+    assert (report.ok, report.good_rows, report.verified_rows) == (False, 4, 4)
+    assert store.repair("g", dry_run=True).dropped_ids == [str(i) for i in range(4, 12)]
+    assert not store.check("g").ok  # a dry run changes nothing
+    repaired = store.repair("g")
+    assert (repaired.rows_before, repaired.rows_after) == (12, 4) and len(repaired.dropped_ids) == 8
+    assert store.check("g").ok and store.get("g").count == 4
+    store.add_items("g", vecs[4:6], ids=["4", "5"])  # the dropped ids can be added again
+    hits = store.search("g", np.zeros(8, np.float32), 10, query_kind="captions")["results"][0]
+    assert sorted(h["id"] for h in hits) == ["0", "1", "2", "3", "4", "5"]
+    assert store.get_item("g", "5", with_vector=True)["vector"].tolist() == vecs[5].tolist()
+    assert not store.repair("g").changed
+
+
+def test_leftovers_of_crashed_creations_are_cleaned_but_not_a_live_one(tmp_path: Path) -> None:
+    import fcntl
+
+    store, _ = _three_adds(tmp_path)
+    crashed = store.root / ".h.creating-abc"
+    crashed.mkdir()
+    (crashed / "write.lock").touch()
+    trash = store.root / ".g2.removed-0f"
+    trash.mkdir()
+    live = store.root / ".i.creating-def"  # another process is creating it right now: lock held
+    live.mkdir()
+    fd = os.open(live / "write.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert sorted(store.clean_leftovers()) == [".g2.removed-0f", ".h.creating-abc"]
+        assert live.is_dir() and not crashed.exists() and not trash.exists()
+    finally:
+        os.close(fd)
+    assert store.clean_leftovers() == [".i.creating-def"]
+    assert [e.name for e in store.list()] == ["g"]
+
+
+def test_legacy_gallery_gets_checksums_and_its_model_identity(tmp_path: Path) -> None:
+    """A gallery of an older lnserve (no checksums; model pinned by manifest sha256) keeps working."""
+    import json
+    import sqlite3
+
+    store, vecs = _three_adds(tmp_path)
+    manifest_sha = "c" * 64
+    db = sqlite3.connect(store.root / "g" / "gallery.sqlite")
+    meta = json.loads(db.execute("SELECT value FROM meta").fetchone()[0])
+    meta.pop("model_identity")
+    db.execute("UPDATE meta SET value = ?", (json.dumps({**meta, "model_sha256": manifest_sha}),))
+    db.execute("DROP TABLE blocks")
+    db.commit()
+    db.close()
+    old = _store(tmp_path)
+    report = old.check("g")
+    assert report.ok and (report.legacy_rows, report.verified_rows) == (12, 0)
+    assert old.get("g").model_identity is None
+    other = ModelRef("toy", "d" * 64, "order-embedding", "order", 8, legacy_pins=frozenset({"e" * 64}))
+    with pytest.raises(GalleryMismatchError):
+        old.search("g", vecs[0], 3, query_kind="captions", model=other)
+    same = ModelRef("toy", "d" * 64, "order-embedding", "order", 8, legacy_pins=frozenset({manifest_sha}))
+    assert len(old.search("g", vecs[0], 3, query_kind="captions", model=same)["results"][0]) == 3
+    assert old.get("g").model_identity == "d" * 64  # pinned by identity from now on
+    assert old.verify_all()[0].name == "g"  # records the missing checksums
+    report = old.check("g")
+    assert (report.legacy_rows, report.verified_rows) == (0, 12)
+    _flip(old.root / "g" / "vectors.f32", 3)
+    assert not _store(tmp_path).check("g").ok  # bit rot in a formerly legacy row is now detected
+
+
+def test_a_gallery_repaired_by_another_process_is_served_afresh(tmp_path: Path) -> None:
+    """The server's cached rows, mask and verification never outlive a repair, even when the gallery
+    regains the same row and tombstone counts afterwards."""
+    server, vecs = _three_adds(tmp_path)
+    server.delete_item("g", "10")
+    assert {h["id"] for h in server.search("g", vecs[0], 12, query_kind="captions")["results"][0]} == {
+        str(i) for i in range(12) if i != 10
+    }
+    os.truncate(server.root / "g" / "vectors.f32", 6 * 32)
+    with pytest.raises(GalleryCorruptError):
+        server.search("g", vecs[0], 12, query_kind="captions")
+    cli = _store(tmp_path)
+    assert cli.repair("g").rows_after == 4
+    fresh = vecs[::-1][:8].copy()
+    cli.add_items("g", fresh, ids=[f"n{i}" for i in range(4, 12)])
+    cli.delete_item("g", "n9")  # again 12 rows, 1 tombstone: other rows than before
+    hits = server.search("g", vecs[0], 12, query_kind="captions")["results"][0]
+    assert {h["id"] for h in hits} == {"0", "1", "2", "3"} | {f"n{i}" for i in range(4, 12) if i != 9}
+    assert server.get_item("g", "n10", with_vector=True)["vector"].tolist() == fresh[6].tolist()

@@ -1,0 +1,122 @@
+"""Usage mistakes and bad settings through the real CLI (subprocesses): one line on stderr with a stable code,
+exit 2, never a traceback or "internal error"; ``--help`` and ``--version`` still exit 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
+from tests.conftest import run_cli
+from tests.support.broken import OE_DIR
+
+Proc = subprocess.CompletedProcess[str]
+
+
+def one_line_error(proc: Proc, code: str, *, exit_code: int = 2) -> str:
+    """The single stderr line of a refused command (what a person reads)."""
+    assert proc.returncode == exit_code, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert lines[0].startswith(f"lnserve: error [{code}]: "), lines[0]
+    return lines[0]
+
+
+def run_env(*args: str, env: dict[str, str] | None = None) -> Proc:
+    """``run_cli`` with ``LNSERVE_*`` cleared from the environment, then ``env`` added."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LNSERVE_")}
+    return subprocess.run(
+        [sys.executable, "-c", "from lnserve.app.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "oe"
+    write_order_embedding(read_order_embedding(OE_DIR / "oe_order_gru"), out, name="oe")
+    return out
+
+
+# -- usage mistakes ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["encod"], "No such command 'encod'. Did you mean 'encode'?"),
+        (["gallery", "bild"], "No such command 'bild'"),
+        (["encode", "{model}", "--bogus"], "No such option: --bogus"),
+        (["--bogus"], "No such option: --bogus"),
+        (["encode", "{model}", "--input", "in.txt"], "Missing option '--output'"),
+        (["encode"], "Missing argument 'model_dir'"),
+        (["encode", "{model}", "--output"], "Option '--output' requires an argument"),
+        (["encode", "{model}", "--output", "o.npy", "--batch-size", "0"], "Invalid value for '--batch-size'"),
+        (["serve", "--port", "eighty"], "Invalid value for '--port'"),
+    ],
+)
+def test_usage_mistakes_are_one_line_and_exit_2(args: list[str], message: str, model: Path) -> None:
+    proc = run_cli(*(a.format(model=model) for a in args))
+    line = one_line_error(proc, "usage_error")
+    assert message in line
+    assert "--help" in line  # where to look next
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("args", [[], ["gallery"], ["convert"], ["train"]])
+def test_a_missing_command_prints_the_help_and_exits_2(args: list[str]) -> None:
+    proc = run_cli(*args)
+    assert "missing command" in one_line_error(proc, "usage_error")
+    assert "Usage: lnserve" in proc.stdout and "Commands" in proc.stdout
+
+
+def test_version() -> None:
+    proc = run_cli("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"lnserve {version('lnserve')}\n" and proc.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["encode", "--help"], ["gallery", "build", "--help"], ["serve", "--help"], ["pull", "-h"]],
+)
+def test_help_still_exits_0(args: list[str]) -> None:
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: lnserve" in proc.stdout and proc.stderr == ""
+
+
+# -- bad settings -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("env", "args", "message"),
+    [
+        ({"LNSERVE_PORT": "abc"}, [], "LNSERVE_PORT='abc': port must be an integer from 0 to 65535"),
+        ({}, ["--port", "80800"], "--port 80800: port must be an integer from 0 to 65535"),
+        ({"LNSERVE_BACKEND": "tensorrt"}, [], "LNSERVE_BACKEND='tensorrt': backend must be one of onnx"),
+        ({}, ["--backend", "tensorrt"], "--backend 'tensorrt': backend must be one of onnx, torch"),
+        ({"LNSERVE_PRECISION": "fp8"}, [], "LNSERVE_PRECISION='fp8': precision must be one of fp32, fp16"),
+        ({"LNSERVE_MAX_QUEUE": "0"}, [], "LNSERVE_MAX_QUEUE='0': max_queue must be an integer >= 1"),
+        ({"LNSERVE_ACCESS_LOG": "maybe"}, [], "LNSERVE_ACCESS_LOG='maybe': access_log must be true or false"),
+    ],
+)
+def test_bad_settings_name_the_setting_and_what_is_allowed(
+    env: dict[str, str], args: list[str], message: str
+) -> None:
+    proc = run_env("serve", *args, env=env)
+    line = one_line_error(proc, "invalid_setting")
+    assert message in line
+    assert "validation error" not in line and "pydantic" not in line
+    assert proc.stdout == ""
+
+
+def test_every_bad_setting_is_named_on_the_one_line() -> None:
+    proc = run_env("serve", "--port", "-1", env={"LNSERVE_BACKEND": "tensorrt"})
+    line = one_line_error(proc, "invalid_setting")
+    assert "LNSERVE_BACKEND='tensorrt'" in line and "--port -1" in line
