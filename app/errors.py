@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse
 
 from lnserve.app.batcher import QueueFullError, ShuttingDownError
 from lnserve.app.galleries.errors import GalleryError
+from lnserve.app.settings import InvalidSettingError
 from lnserve.converters.errors import EncodeInputError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
@@ -114,7 +115,8 @@ HTTP_STATUS_CODES: dict[int, str] = {
 }
 ROUTING_STATUSES = (404, 405)  # what Starlette's router answers by itself (unknown path, wrong method)
 _ENGINE_ERRORS: tuple[type[LnserveError], ...] = (UserInputError, EncodeInputError)  # raised by the engine
-_NEVER_RAISED: tuple[type[LnserveError], ...] = (GalleryError,)  # bases: only their subclasses are raised
+# GalleryError is a base (only its subclasses are raised); a bad setting stops the start, never a request
+_NEVER_RAISED: tuple[type[LnserveError], ...] = (GalleryError, InvalidSettingError)
 
 
 def _service_error_classes() -> set[type[LnserveError]]:
