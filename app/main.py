@@ -88,7 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.galleries = GalleryStore(settings.galleries_dir)
     install_error_handlers(app)
     for name in ROUTER_MODULES:
-        module = importlib.import_module(f"app.routes.{name}")
+        module = importlib.import_module(f"lnserve.app.routes.{name}")
         public = getattr(module, "PUBLIC", False)
         app.include_router(
             module.router,
