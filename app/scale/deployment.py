@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lnserve.app.log_setup import JsonFormatter
 from lnserve.app.main import create_app
@@ -79,6 +80,32 @@ def _until_loaded(
     return wrapped
 
 
+class ReplicaHeader:
+    """``X-Lnserve-Replica`` on every response: which replica answered (logs, debugging, tests)."""
+
+    def __init__(self, app: ASGIApp, replica: Callable[[], str]) -> None:
+        self.app, self.replica = app, replica
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = (b"x-lnserve-replica", self.replica().encode())
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
+def _replica_id() -> str:
+    from ray import serve
+
+    return str(serve.get_replica_context().replica_id.unique_id)
+
+
 def _json_logs(level: str) -> None:
     """lnserve's JSON log lines in a replica, without touching the handlers Ray installs on the root."""
     handler = logging.StreamHandler()
@@ -104,6 +131,7 @@ class LnserveReplica:
         app.state.metrics = ClusterMetrics(app.state.metrics, self._handle)
         app.state.engine = self.engine_info
         app.router.lifespan_context = _until_loaded(app.router.lifespan_context)
+        app.add_middleware(ReplicaHeader, replica=_replica_id)
         self._lnserve_app = app
         return app
 
@@ -131,7 +159,7 @@ class LnserveReplica:
         ctx = serve.get_replica_context()
         return {
             "name": "ray",
-            "replica": ctx.replica_id.unique_id,
+            "replica": str(ctx.replica_id.unique_id),
             "pid": os.getpid(),
             "replicas": int(getattr(ctx, "world_size", 0) or 0) or self.topology.replicas,
             **{k: v for k, v in asdict(self.topology).items() if k != "replicas"},

@@ -19,6 +19,7 @@ from typing import Any
 
 from lnserve.app.galleries.store import default_root
 from lnserve.app.scale.deployment import INGRESS_APP, INGRESS_DEPLOYMENT, LnserveReplica, Topology
+from lnserve.app.scale.proxy import CALLBACK as PROXY_CALLBACK
 from lnserve.app.scale.shards import GALLERIES_APP, GalleryShard, shard_name
 from lnserve.app.settings import Settings
 from lnserve.converters.errors import UserInputError
@@ -151,6 +152,8 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
     if not opts.address:
         # a local instance advertises 127.0.0.1, not the host's address (read when ray is imported)
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        # the proxy answers a dead replica's requests with lnserve's 503, not a bare 500 (scale.proxy)
+        os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", PROXY_CALLBACK)
     import ray
     from ray import serve
 
