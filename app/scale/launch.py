@@ -129,7 +129,6 @@ def build_ingress_app(settings: Settings, topology: Topology, cpus: float) -> An
 def _start_ray(opts: RayOptions) -> None:
     import ray
 
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # every replica's log lines, not "repeated 2x"
     if opts.address:
         ray.init(address=opts.address, namespace="lnserve", log_to_driver=True)
         return
@@ -149,6 +148,8 @@ def _start_ray(opts: RayOptions) -> None:
 def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
     """Deploy and serve until SIGTERM or SIGINT."""
     opts.check()
+    # read when ray is imported: every replica's log lines, at once, not "[repeated 2x across cluster]"
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if not opts.address:
         # a local instance advertises 127.0.0.1, not the host's address (read when ray is imported)
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

@@ -35,8 +35,21 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     return next((v for k, v in headers if k.lower() == name), None)
 
 
+def _one_request_id(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The replica's ``X-Request-ID`` (the one its error bodies carry); Serve's proxy appends its own."""
+    seen = False
+    out = []
+    for name, value in headers:
+        if name.lower() == b"x-request-id":
+            if seen:
+                continue
+            seen = True
+        out.append((name, value))
+    return out
+
+
 class EngineErrors:
-    """Rewrites a 5xx that no lnserve replica produced into ``503 replica_unavailable``."""
+    """Rewrites a 5xx that no lnserve replica produced into ``503 replica_unavailable``; one request id."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -56,6 +69,7 @@ class EngineErrors:
                     replaced = True
                     await self._send_503(scope, headers, send)
                     return
+                message["headers"] = _one_request_id(headers)
             elif replaced:
                 return  # the engine's own body: already answered
             await send(message)

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import LEGACY, OE_MODELS, ST_VARIANTS, golden, inputs
+from tests.e2e.engines import ENGINES, engine_args, start_timeout
 from tests.e2e.server import LiveServer, start_server
 
 TOL = 1e-5
@@ -30,11 +31,19 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 LIMITS = {"LNSERVE_MAX_SENTENCES": "50", "LNSERVE_MAX_TOKENS": "20", "LNSERVE_MAX_BODY_BYTES": "65536"}
 
 
-@pytest.fixture(scope="module")
-def server(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+@pytest.fixture(scope="module", params=ENGINES)
+def server(
+    request: pytest.FixtureRequest, artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
     tmp = tmp_path_factory.mktemp("http")
     models = [a for name in (*OE_MODELS, *ST_VARIANTS) for a in ("--models", str(artifacts[name]))]
-    srv = start_server(tmp, *models, env={"LNSERVE_API_KEY": KEY, **LIMITS})
+    srv = start_server(
+        tmp,
+        *engine_args(request.param),
+        *models,
+        env={"LNSERVE_API_KEY": KEY, **LIMITS},
+        timeout=start_timeout(request.param),
+    )
     yield srv
     srv.stop()
 
@@ -159,10 +168,16 @@ def test_health_ready_metrics_need_no_key(server: LiveServer, client: httpx.Clie
 def test_access_log_is_json_with_request_id(server: LiveServer, client: httpx.Client) -> None:
     r = client.get("/models", headers={"X-Request-ID": "trace-123"})
     assert r.headers["x-request-id"] == "trace-123"
-    time.sleep(0.2)
-    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
-    hits = [x for x in lines if x.get("request_id") == "trace-123"]
+    deadline = time.monotonic() + 30  # the line is written after the response (Ray forwards it later)
+    while not (hits := _access_lines(server, "trace-123")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert hits and hits[0]["status"] == 200 and hits[0]["route"] == "/models" and "duration_ms" in hits[0]
+
+
+def _access_lines(server: LiveServer, request_id: str) -> list[dict[str, Any]]:
+    """JSON log lines of one request; on Ray each line carries the replica's prefix before the JSON."""
+    lines = [line[line.index('{"ts"') :] for line in server.log().splitlines() if '{"ts"' in line]
+    return [x for x in map(json.loads, lines) if x.get("request_id") == request_id]
 
 
 # -- error paths ------------------------------------------------------------------------------------

@@ -66,3 +66,13 @@ def test_answers_from_a_replica_pass_untouched() -> None:
         assert sent[0]["status"] == status and sent[1]["body"] == b'{"error": {}}'
     sent = _run(_answer(404, [], b"Path not found"))  # the engine's own 4xx: not an outage
     assert sent[0]["status"] == 404
+
+
+def test_one_request_id_the_replicas() -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(b"x-request-id", b"ours"), (b"x-lnserve-replica", b"r"), (b"X-Request-ID", b"proxy")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+    headers = _run(app)[0]["headers"]
+    assert [v for k, v in headers if k.lower() == b"x-request-id"] == [b"ours"]
