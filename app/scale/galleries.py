@@ -8,6 +8,7 @@ coordinator (shard 0). Methods are synchronous, like the store's: the routes cal
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,8 +18,24 @@ from lnserve.app.galleries.errors import GalleryNotFoundError, ItemNotFoundError
 from lnserve.app.galleries.store import MAX_K, GalleryInfo, ModelRef
 from lnserve.app.scale.merge import merge_results
 from lnserve.app.scale.shards import GALLERIES_APP, shard_name
+from lnserve.converters.errors import LnserveError
 
 CALL_TIMEOUT_S = 300.0
+
+
+class ShardUnavailableError(LnserveError):
+    """A gallery shard did not answer (restarting, its node lost): retry after ``Retry-After``."""
+
+    code = "shard_unavailable"
+    http_status = 503
+
+
+def _result(response: Any) -> tuple[str, Any]:
+    """A shard's outcome; the engine's own failures (actor died, timeout) become ShardUnavailableError."""
+    try:
+        return response.result(timeout_s=CALL_TIMEOUT_S)  # type: ignore[no-any-return]
+    except Exception as exc:
+        raise ShardUnavailableError(f"a gallery shard is unavailable, retry ({type(exc).__name__})") from None
 
 
 class ShardedGalleries:
@@ -48,12 +65,12 @@ class ShardedGalleries:
     def _everywhere(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """The method on every shard at once; values, or the LnserveErrors as values, by shard."""
         responses = [h.call.remote(method, *args, **kwargs) for h in self.handles]
-        outcomes = [r.result(timeout_s=CALL_TIMEOUT_S) for r in responses]
+        outcomes = [_result(r) for r in responses]
         return [value for _, value in outcomes]
 
     def _coordinate(self, method: str, name: str, *args: Any, **kwargs: Any) -> Any:
         response = self.handles[0].coordinate.remote(method, name, *args, **kwargs)
-        return self._value(response.result(timeout_s=CALL_TIMEOUT_S))
+        return self._value(_result(response))
 
     @staticmethod
     def _first_error(values: list[Any]) -> None:
@@ -71,7 +88,7 @@ class ShardedGalleries:
         values = self._everywhere("get", name)
         self._first_error(values[:1])
         count = sum(v.count for v in values if isinstance(v, GalleryInfo))
-        return GalleryInfo(**{**values[0].__dict__, "count": count})
+        return dataclasses.replace(values[0], count=count)
 
     def list(self) -> list[GalleryInfo]:
         values = self._everywhere("list")
@@ -80,7 +97,7 @@ class ShardedGalleries:
         for infos in values:
             for g in infos:
                 counts[g.name] = counts.get(g.name, 0) + g.count
-        return [GalleryInfo(**{**g.__dict__, "count": counts[g.name]}) for g in values[0]]
+        return [dataclasses.replace(g, count=counts[g.name]) for g in values[0]]
 
     def remove(self, name: str) -> None:
         self._coordinate("remove", name)
