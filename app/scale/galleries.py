@@ -4,6 +4,10 @@ It has the ``GalleryStore`` methods the routes and the demo gallery use, with th
 and errors, so the routes run unchanged. Reads fan out to every shard in parallel (a query is encoded once,
 by the replica, and each shard returns its exact top-k, merged by ``scale.merge``); writes go to the
 coordinator (shard 0). Methods are synchronous, like the store's: the routes call them in worker threads.
+
+Errors are the store's own (raised by the shards); the engine adds one (see ``app.errors`` for the tree):
+
+└── ShardUnavailableError  (shard_unavailable, 503)  a shard did not answer (restarting, node lost)
 """
 
 from __future__ import annotations
