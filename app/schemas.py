@@ -145,9 +145,21 @@ class ModelList(BaseModel):
     models: list[ModelInfo]
 
 
+class EngineInfo(BaseModel):
+    """Where the service runs: one process (``lnserve serve``) or Ray Serve (``lnserve serve --ray``)."""
+
+    model_config = ConfigDict(extra="allow")  # Ray adds autoscaling bounds, the GPUs per replica, the pid
+
+    name: Literal["process", "ray"]
+    replicas: int | None = Field(description="Serving processes (Ray: the deployment's replicas now).")
+    shards: int = Field(description="Gallery shards (1: one store).")
+    replica: str | None = Field(None, description="Ray: the replica that answered this request.")
+
+
 class Info(BaseModel):
     version: str
     backend: str
+    engine: EngineInfo
     ready: bool
     default_model: str | None
     models: list[ModelInfo]

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from lnserve.converters.errors import UserInputError
+
+if TYPE_CHECKING:
+    from lnserve.app.settings import Settings
 
 
 def serve(
@@ -27,6 +32,29 @@ def serve(
         Path | None,
         typer.Option("--galleries-dir", help="Gallery root (default ~/.local/share/lnserve/galleries)."),
     ] = None,
+    ray: Annotated[
+        bool, typer.Option("--ray", help="Serve on Ray Serve (needs: pip install 'lnserve[ray]').")
+    ] = False,
+    replicas: Annotated[
+        int | None, typer.Option("--replicas", help="--ray: encoding replicas (default 1).")
+    ] = None,
+    min_replicas: Annotated[
+        int | None, typer.Option("--min-replicas", help="--ray: autoscaling lower bound.")
+    ] = None,
+    max_replicas: Annotated[
+        int | None, typer.Option("--max-replicas", help="--ray: autoscaling upper bound.")
+    ] = None,
+    shards: Annotated[int, typer.Option("--shards", help="--ray: gallery shards.")] = 1,
+    address: Annotated[
+        str | None,
+        typer.Option("--address", help="--ray: join this cluster (HEAD:6379) instead of a local instance."),
+    ] = None,
+    replica_cpus: Annotated[
+        float, typer.Option("--replica-cpus", help="--ray: CPUs Ray reserves per replica.")
+    ] = 1.0,
+    shard_cpus: Annotated[
+        float, typer.Option("--shard-cpus", help="--ray: CPUs Ray reserves per shard.")
+    ] = 1.0,
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
     import uvicorn
@@ -51,6 +79,14 @@ def serve(
     settings = load_settings(overrides)  # a bad value: one line naming the setting, exit 2
     configure_logging(settings.log_level)
     resolve_model_dirs(settings)  # a bad directory or name fails here, as a one-line CLI error
+    ray_flags = (replicas, min_replicas, max_replicas, address)
+    if not ray and (any(f is not None for f in ray_flags) or shards != 1):
+        raise UserInputError("--replicas, --min-replicas, --max-replicas, --shards and --address need --ray")
+    if ray:
+        _serve_on_ray(
+            settings, replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus
+        )
+        return
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -60,6 +96,20 @@ def serve(
         timeout_graceful_shutdown=settings.drain_timeout_s,
         server_header=False,
     )
+
+
+def _serve_on_ray(settings: Settings, *flags: Any) -> None:
+    try:
+        from lnserve.app.scale.launch import RayOptions, serve_on_ray
+    except ImportError as exc:
+        raise UserInputError(f"--ray needs Ray Serve: pip install 'lnserve[ray]' ({exc})") from None
+    replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus = flags
+    opts = RayOptions(
+        replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas, shards=shards,
+        address=address, replica_cpus=replica_cpus, shard_cpus=shard_cpus,
+    )  # fmt: skip
+    opts.check()
+    serve_on_ray(settings, opts)
 
 
 def register(app: typer.Typer) -> None:

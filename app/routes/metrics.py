@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 
 PUBLIC = True  # scraped without the API key
 router = APIRouter(tags=["metrics"])
@@ -13,4 +14,6 @@ router = APIRouter(tags=["metrics"])
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 async def metrics(request: Request) -> Response:
     """Request counts and latency by route and status, queue wait, batch sizes, tokens, queue depth."""
-    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    # in a thread: on Ray, rendering gathers every replica's samples (lnserve.app.scale.metrics)
+    body = await run_in_threadpool(request.app.state.metrics.render)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

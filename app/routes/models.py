@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
@@ -27,13 +27,16 @@ async def models(registry: RegistryDep) -> ModelList:
 
 
 @router.get("/info", response_model=Info)
-async def info(registry: RegistryDep, settings: SettingsDep, store: GalleriesDep) -> Info:
-    """Version, models, the execution providers actually in use, the galleries, and the request limits."""
+async def info(request: Request, registry: RegistryDep, settings: SettingsDep, store: GalleriesDep) -> Info:
+    """Version, engine (one process or Ray, replicas, shards), models, the execution providers actually in
+    use, the galleries, and the request limits."""
     galleries = await run_in_threadpool(store.list)
+    engine = getattr(request.app.state, "engine", None)  # set by the Ray replicas (lnserve.app.scale)
     return Info.model_validate(
         {
             "version": _version(),
             "backend": settings.backend,
+            "engine": engine() if engine else {"name": "process", "replicas": 1, "shards": 1},
             "ready": registry.ready,
             "default_model": registry.default_name,
             "models": registry.describe(),

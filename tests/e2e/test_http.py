@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import LEGACY, OE_MODELS, ST_VARIANTS, golden, inputs
+from tests.e2e.engines import ENGINES, engine_args, start_timeout
 from tests.e2e.server import LiveServer, start_server
 
 TOL = 1e-5
@@ -37,11 +38,19 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 LIMITS = {"LNSERVE_MAX_SENTENCES": "50", "LNSERVE_MAX_TOKENS": "20", "LNSERVE_MAX_BODY_BYTES": "65536"}
 
 
-@pytest.fixture(scope="module")
-def server(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+@pytest.fixture(scope="module", params=ENGINES)
+def server(
+    request: pytest.FixtureRequest, artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
     tmp = tmp_path_factory.mktemp("http")
     models = [a for name in (*OE_MODELS, *ST_VARIANTS) for a in ("--models", str(artifacts[name]))]
-    srv = start_server(tmp, *models, env={"LNSERVE_API_KEY": KEY, **LIMITS})
+    srv = start_server(
+        tmp,
+        *engine_args(request.param),
+        *models,
+        env={"LNSERVE_API_KEY": KEY, **LIMITS},
+        timeout=start_timeout(request.param),
+    )
     yield srv
     srv.stop()
 
@@ -190,13 +199,15 @@ def test_access_log_is_json_with_request_id(server: LiveServer, client: httpx.Cl
     r = client.get("/models", headers={"X-Request-ID": "trace-123"})
     assert r.headers["x-request-id"] == "trace-123"
 
-    def hits() -> list[dict[str, Any]]:
-        lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
-        return [x for x in lines if x.get("request_id") == "trace-123" and "route" in x]
-
-    _poll(lambda: bool(hits()), "the access log line")
-    hit = hits()[0]
+    _poll(lambda: bool(_access_lines(server, "trace-123")), "the access log line")  # Ray forwards it later
+    hit = _access_lines(server, "trace-123")[0]
     assert hit["status"] == 200 and hit["route"] == "/models" and "duration_ms" in hit
+
+
+def _access_lines(server: LiveServer, request_id: str) -> list[dict[str, Any]]:
+    """JSON log lines of one request; on Ray each line carries the replica's prefix before the JSON."""
+    lines = [line[line.index('{"ts"') :] for line in server.log().splitlines() if '{"ts"' in line]
+    return [x for x in map(json.loads, lines) if x.get("request_id") == request_id]
 
 
 # -- error paths ------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import LEGACY, OE_MODELS, golden, inputs
+from tests.e2e.engines import ENGINES, engine_args, start_timeout
 from tests.e2e.server import LiveServer, start_server
 
 TOL = 1e-5
@@ -28,10 +29,18 @@ IMAGES = np.load(LEGACY / "order_embedding" / "images.npy")  # (12, 20) CNN feat
 CAPTIONS: list[str] = inputs()["order_embedding"]["captions"]  # 40, whitespace-tokenised
 
 
-@pytest.fixture(scope="module")
-def server(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+@pytest.fixture(scope="module", params=ENGINES)
+def server(
+    request: pytest.FixtureRequest, artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
     models = [a for n in (*OE_MODELS, "skipthoughts_gru") for a in ("--models", str(artifacts[n]))]
-    srv = start_server(tmp_path_factory.mktemp("retrieval"), *models, env={"LNSERVE_API_KEY": KEY})
+    srv = start_server(
+        tmp_path_factory.mktemp("retrieval"),
+        *engine_args(request.param),
+        *models,
+        env={"LNSERVE_API_KEY": KEY},
+        timeout=start_timeout(request.param),
+    )
     yield srv
     srv.stop()
 

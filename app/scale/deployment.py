@@ -1,0 +1,166 @@
+"""The encoding replicas: ``create_app`` as a Ray Serve ingress deployment.
+
+Each replica builds the very app ``lnserve serve`` runs (every route, error, limit, the API key and the
+middleware), swaps in what differs on Ray (``app.state.galleries`` -> the shards, ``/metrics`` -> the sum of
+all replicas, ``/info`` -> the engine), and loads its models once, during its start-up, before Serve sends it
+traffic: the app's lifespan opens and loads the models, and the replica waits for that to finish. Each
+replica keeps its own micro-batcher, so ``max_ongoing_requests`` must allow a full batch to form.
+
+Health: ``check_health`` (called by Serve every ``health_check_period_s``) runs the warm-up sentence through
+every loaded model while its queue is idle; a session that broke fails it, and Serve replaces the replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lnserve.app.log_setup import JsonFormatter
+from lnserve.app.main import create_app
+from lnserve.app.registry import WARMUP_SENTENCE, ModelRegistry
+from lnserve.app.scale.galleries import ShardedGalleries
+from lnserve.app.scale.metrics import ClusterMetrics, local_families
+from lnserve.app.settings import Settings
+
+log = logging.getLogger("lnserve.scale")
+
+INGRESS_APP = "lnserve"
+INGRESS_DEPLOYMENT = "lnserve"
+LOAD_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How the service is laid out on Ray; reported by ``/info``."""
+
+    shards: int
+    replicas: int | None = None  # fixed count, or None with autoscaling bounds
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    gpus_per_replica: float = 0.0
+
+
+async def probe_models(registry: ModelRegistry) -> None:
+    """Encode the warm-up sentence with every ready model whose queue is idle; raise if one fails.
+
+    A busy model is skipped: it is evidently answering, and a probe queued behind real batches could
+    time out and have a working replica replaced. Models that never loaded are ``/ready``'s business.
+    """
+    for entry in registry.entries.values():
+        if entry.state != "ready" or entry.batcher.depth:
+            continue
+        seqs, _ = entry.prepare([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)
+        try:
+            await entry.encode_ids(seqs, normalize=None)
+        except Exception as exc:
+            raise RuntimeError(f"model {entry.name!r} failed its health probe: {exc}") from exc
+
+
+def _until_loaded(
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[Any]],
+) -> Callable[[FastAPI], AbstractAsyncContextManager[Any]]:
+    """The app's own lifespan, which also waits until every model is loaded (or failed) before serving."""
+
+    @asynccontextmanager
+    async def wrapped(app: FastAPI) -> AsyncIterator[Any]:
+        async with lifespan(app) as state:
+            registry: ModelRegistry = app.state.registry
+            while any(e.state in ("pending", "loading") for e in registry.entries.values()):
+                await asyncio.sleep(LOAD_POLL_S)
+            yield state
+
+    return wrapped
+
+
+class ReplicaHeader:
+    """``X-Lnserve-Replica`` on every response: which replica answered (logs, debugging, tests)."""
+
+    def __init__(self, app: ASGIApp, replica: Callable[[], str]) -> None:
+        self.app, self.replica = app, replica
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = (b"x-lnserve-replica", self.replica().encode())
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
+def _replica_id() -> str:
+    from ray import serve
+
+    return str(serve.get_replica_context().replica_id.unique_id)
+
+
+def _json_logs(level: str) -> None:
+    """lnserve's JSON log lines in a replica, without touching the handlers Ray installs on the root."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("lnserve")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+class LnserveReplica:
+    """One replica: the FastAPI app built late (``__serve_build_asgi_app__``), in the replica's process."""
+
+    def __init__(self, settings: Settings, topology: Topology) -> None:
+        self.settings, self.topology = settings, topology
+        self._lnserve_app: FastAPI | None = None
+        self._self_handle: Any = None
+        _json_logs(settings.log_level)
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        app = create_app(self.settings)
+        app.state.galleries = ShardedGalleries.connect(self.topology.shards)
+        app.state.metrics = ClusterMetrics(app.state.metrics, self._handle)
+        app.state.engine = self.engine_info
+        app.router.lifespan_context = _until_loaded(app.router.lifespan_context)
+        app.add_middleware(ReplicaHeader, replica=_replica_id)
+        self._lnserve_app = app
+        return app
+
+    def _handle(self) -> Any:
+        if self._self_handle is None:
+            from ray import serve
+
+            self._self_handle = serve.get_deployment_handle(INGRESS_DEPLOYMENT, app_name=INGRESS_APP)
+        return self._self_handle
+
+    async def check_health(self) -> None:
+        if self._lnserve_app is not None:
+            await probe_models(self._lnserve_app.state.registry)
+
+    async def metrics_families(self) -> list[Any]:
+        """This replica's metric samples (``ClusterMetrics`` broadcasts for them)."""
+        assert self._lnserve_app is not None
+        metrics = self._lnserve_app.state.metrics
+        return local_families(metrics.local if isinstance(metrics, ClusterMetrics) else metrics)
+
+    def engine_info(self) -> dict[str, Any]:
+        """``/info``'s ``engine``: Ray, this replica, the replica count now, the bounds and the shards."""
+        from ray import serve
+
+        ctx = serve.get_replica_context()
+        return {
+            "name": "ray",
+            "replica": str(ctx.replica_id.unique_id),
+            "pid": os.getpid(),
+            "replicas": int(getattr(ctx, "world_size", 0) or 0) or self.topology.replicas,
+            **{k: v for k, v in asdict(self.topology).items() if k != "replicas"},
+        }

@@ -1,0 +1,123 @@
+"""One shard's galleries: a ``GalleryStore`` that also knows each item's *global* position.
+
+A sharded gallery is the same ``GalleryStore`` layout on every shard (``ROOT/shard-I-of-S/NAME/``), each
+holding whole write batches. The coordinator serialises a gallery's writes and gives each batch its global
+start: the number of rows all shards had committed before it, i.e. the position its first item would have
+had in one single store. The shard records ``(local_start, global_start)`` in ``placement.sqlite`` beside
+the gallery *before* the store commits the batch; a crash in between leaves a row that points at
+uncommitted rows only, and the next batch on that shard (same local start) replaces it. Search hits carry
+their global position so that ``scale.merge`` can break ties exactly as one store does.
+
+No Ray here: the deployment (``scale.shards``) runs these methods in worker threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lnserve.app.galleries.store import GalleryStore, ModelRef, _counters, _existing_ids
+
+PLACEMENT = "placement.sqlite"
+_SQL_VARS = 500
+
+
+def shard_root(root: Path | str, index: int, count: int) -> Path:
+    """Where shard ``index`` of ``count`` keeps its galleries, under the service's gallery root."""
+    return Path(root).expanduser() / f"shard-{index}-of-{count}"
+
+
+class ShardStore(GalleryStore):
+    """A gallery store for one shard: batches are placed by the coordinator, hits carry global positions."""
+
+    def rows(self, name: str) -> int:
+        """Committed vector rows (live and deleted): the shard's part of the gallery's global row count."""
+        with self._db(name) as db:
+            return _counters(db)[0]
+
+    def prepare(self, name: str, ids: Sequence[str]) -> tuple[int, list[str]]:
+        """Committed rows, and which of ``ids`` this shard already holds (the coordinator's checks)."""
+        with self._db(name) as db:
+            return _counters(db)[0], _existing_ids(db, list(ids))
+
+    def add_placed(
+        self,
+        name: str,
+        vectors: np.ndarray,
+        *,
+        ids: Sequence[str],
+        payloads: Sequence[Any] | None,
+        model: ModelRef | None,
+        global_start: int,
+        kind: str | None = None,
+    ) -> list[str]:
+        """``add_items`` for a batch whose first item has global position ``global_start``.
+
+        Only the coordinator writes, one batch of a gallery at a time, so the local start read here is the
+        one ``add_items`` appends at.
+        """
+        local_start = self.rows(name)
+        with self._placement(name) as db:
+            db.execute(
+                "INSERT OR REPLACE INTO batches (local_start, global_start) VALUES (?, ?)",
+                (local_start, int(global_start)),
+            )
+        return self.add_items(name, vectors, ids=ids, payloads=payloads, kind=kind, model=model)
+
+    def search_placed(
+        self, name: str, queries: np.ndarray, k: int, *, query_kind: str, model: ModelRef | None
+    ) -> dict[str, Any]:
+        """``search``, each hit with ``pos``, its global position (a hit deleted meanwhile is dropped)."""
+        queries = np.array(queries, dtype=np.float32)  # writable: Ray hands over read-only buffers
+        found = self.search(name, queries, k, query_kind=query_kind, model=model)
+        wanted = [h["id"] for hits in found["results"] for h in hits]
+        positions = self.global_positions(name, wanted)
+        found["results"] = [
+            [{**h, "pos": positions[h["id"]]} for h in hits if h["id"] in positions]
+            for hits in found["results"]
+        ]
+        return found
+
+    def global_positions(self, name: str, ids: Sequence[str]) -> dict[str, int]:
+        """Global position of each live item among ``ids``."""
+        local: dict[str, int] = {}
+        unique = list(dict.fromkeys(ids))
+        with self._db(name) as db:
+            for i in range(0, len(unique), _SQL_VARS):
+                part = unique[i : i + _SQL_VARS]
+                marks = ",".join("?" * len(part))
+                local.update(db.execute(f"SELECT id, pos FROM items WHERE id IN ({marks})", part).fetchall())
+        if not local:
+            return {}
+        with self._placement(name) as db:
+            runs = db.execute("SELECT local_start, global_start FROM batches ORDER BY local_start").fetchall()
+        starts = [r[0] for r in runs]
+        out = {}
+        for item_id, pos in local.items():
+            i = bisect.bisect_right(starts, pos) - 1
+            if i < 0:
+                raise RuntimeError(f"gallery {name!r}: row {pos} has no placement record")
+            out[item_id] = runs[i][1] + (pos - runs[i][0])
+        return out
+
+    @contextlib.contextmanager
+    def _placement(self, name: str) -> Iterator[sqlite3.Connection]:
+        path = self._path(name) / PLACEMENT
+        self.get(name)  # GalleryNotFoundError before a placement file is created for nothing
+        db = sqlite3.connect(path, timeout=60, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS batches "
+                "(local_start INTEGER PRIMARY KEY, global_start INTEGER NOT NULL)"
+            )
+            yield db
+        finally:
+            db.close()
