@@ -12,7 +12,7 @@ from lnserve.app.galleries.errors import DuplicateItemError
 from lnserve.app.galleries.store import ModelRef
 from lnserve.app.scale.shard_store import ShardStore, shard_root
 
-MODEL = ModelRef(name="m", sha256="0" * 64, family="order-embedding", method="order", dim=3)
+MODEL = ModelRef(name="m", identity="0" * 64, family="order-embedding", method="order", dim=3)
 
 
 def _vecs(n: int, seed: int) -> np.ndarray:
