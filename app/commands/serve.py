@@ -29,11 +29,8 @@ def serve(
     ] = None,
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
-    import uvicorn
-
     from app.log_setup import configure_logging
-    from app.main import create_app
-    from app.registry import resolve_model_dirs
+    from app.server import serve_app
     from app.settings import Settings
 
     overrides: dict[str, Any] = {
@@ -50,16 +47,7 @@ def serve(
     }
     settings = Settings(**overrides)
     configure_logging(settings.log_level)
-    resolve_model_dirs(settings)  # a bad directory or name fails here, as a one-line CLI error
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=settings.drain_timeout_s,
-        server_header=False,
-    )
+    serve_app(settings)  # a bad model directory or a taken port fails first, as a one-line CLI error
 
 
 def register(app: typer.Typer) -> None:
