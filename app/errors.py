@@ -27,6 +27,7 @@ LnserveError
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
 ├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.batcher)
 ├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.batcher)
+├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
 
 Framework exceptions are in ``ERROR_TABLE``. Anything else is a generic 500 ``internal_error`` that carries

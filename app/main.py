@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app.body_parsing import BodyParser
 from app.deps import require_api_key
 from app.errors import ModelLoadError, install_error_handlers
 from app.galleries.demo import install_demo_gallery
@@ -39,7 +40,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Startup: read the model manifests (errors stop startup), then load and warm up in the background
     so ``/health`` answers at once and ``/ready`` turns true when done; a model that fails to load stops
     the server (``Lifecycle.startup_failed``). Shutdown (after uvicorn has drained in-flight requests on
-    SIGTERM): stop loading, finish queued batches, stop the worker threads."""
+    SIGTERM): stop loading, finish queued batches, stop the worker threads and the body parser."""
     registry: ModelRegistry = app.state.registry
     await registry.open()
     await _open_galleries(app.state.galleries)
@@ -50,6 +51,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loading.cancel()
         with suppress(asyncio.CancelledError):
             await loading
+        app.state.body_parser.close()
         await registry.close()
         log.info("shut down")
 
@@ -91,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.lifecycle = lifecycle = Lifecycle()
+    app.state.body_parser = BodyParser()
     app.state.metrics = metrics = Metrics()
     app.state.registry = ModelRegistry(settings, observer=metrics)
     app.state.galleries = GalleryStore(settings.galleries_dir)

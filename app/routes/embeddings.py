@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from app.body_parsing import OffloadedBodyRoute
 from app.deps import RegistryDep, cancel_on_disconnect
 from app.schemas import (
     EmbeddingsRequest,
@@ -14,7 +15,7 @@ from app.schemas import (
 )
 from converters.errors import EncodeInputError
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/embeddings", response_model=EmbeddingsResponse, response_class=VectorJSONResponse)

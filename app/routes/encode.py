@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from app.body_parsing import OffloadedBodyRoute
 from app.deps import RegistryDep, cancel_on_disconnect
 from app.schemas import (
     EncodeImagesRequest,
@@ -14,7 +15,7 @@ from app.schemas import (
     encode_vectors,
 )
 
-router = APIRouter(tags=["encode"])
+router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/encode", response_model=EncodeResponse, response_class=VectorJSONResponse)

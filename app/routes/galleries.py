@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from app.body_parsing import OffloadedBodyRoute
 from app.deps import GalleriesDep, RegistryDep, SettingsDep
 from app.errors import TooManySentencesError
 from app.galleries.errors import GalleryMismatchError
@@ -21,7 +22,7 @@ from app.gallery_ops import encode_inputs, model_for, warm_scorer
 from app.schemas import ErrorBody
 from app.schemas_retrieval import GalleryCreate, GalleryList, GalleryOut, ItemOut, ItemsAdd, ItemsAdded
 
-router = APIRouter(prefix="/galleries", tags=["galleries"])
+router = APIRouter(prefix="/galleries", tags=["galleries"], route_class=OffloadedBodyRoute)
 _CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorBody, "description": "Name or id taken."}}
 
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from app.body_parsing import OffloadedBodyRoute
 from app.deps import GalleriesDep, RegistryDep, SettingsDep
 from app.errors import TooManySentencesError
 from app.galleries.errors import GalleryMismatchError
@@ -23,7 +24,7 @@ from app.gallery_ops import encode_inputs, model_for
 from app.registry import ModelEntry
 from app.schemas_retrieval import IdQuery, ImageQuery, Query, RetrieveRequest, RetrieveResponse, TextQuery
 
-router = APIRouter(tags=["retrieval"])
+router = APIRouter(tags=["retrieval"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/retrieve", response_model=RetrieveResponse)
