@@ -35,7 +35,7 @@ demo-model: $(STAMP)
 		--name demo-lngru --demo --force --out $(DEMO_WORK)/model
 	$(BIN)/lnserve eval --model $(DEMO_WORK)/model --captions $(DEMO_WORK)/world/test_caps.txt \
 		--images $(DEMO_WORK)/world/test_ims.npy --folds 1 --json $(DEMO_WORK)/eval.json
-	$(BIN)/python -m app.training.demo ship $(DEMO_WORK)/model $(DEMO_WORK)/world $(DEMO_WORK)/eval.json
+	$(BIN)/python -m lnserve.app.training.demo ship $(DEMO_WORK)/model $(DEMO_WORK)/world $(DEMO_WORK)/eval.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

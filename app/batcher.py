@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from converters.errors import LnserveError
+from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.batcher")
 

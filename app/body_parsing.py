@@ -31,10 +31,10 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.errors import TooManySentencesError
-from app.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
-from app.schemas_retrieval import ItemsAdd, RetrieveRequest
-from converters.errors import LnserveError
+from lnserve.app.errors import TooManySentencesError
+from lnserve.app.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
+from lnserve.app.schemas_retrieval import ItemsAdd, RetrieveRequest
+from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.body")
 

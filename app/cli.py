@@ -1,6 +1,6 @@
 """The ``lnserve`` command line (typer). Errors print one line on stderr; ``--debug`` shows the traceback.
 
-Exit codes: 0 success, 2 bad usage or bad input, 1 internal failure. Commands live in ``app.commands``.
+Exit codes: 0 success, 2 bad usage or bad input, 1 internal failure. Commands live in ``lnserve.app.commands``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Annotated
 import click
 import typer
 
-from app.commands import convert, encode, eval, gallery, model, pull, serve, train
-from converters.errors import LnserveError
+from lnserve.app.commands import convert, encode, eval, gallery, model, pull, serve, train
+from lnserve.converters.errors import LnserveError
 
 app = typer.Typer(
     name="lnserve",

@@ -10,10 +10,10 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.errors import ClientClosedError, UnauthorizedError
-from app.galleries.store import GalleryStore
-from app.registry import ModelRegistry
-from app.settings import Settings
+from lnserve.app.errors import ClientClosedError, UnauthorizedError
+from lnserve.app.galleries.store import GalleryStore
+from lnserve.app.registry import ModelRegistry
+from lnserve.app.settings import Settings
 
 T = TypeVar("T")
 _bearer = HTTPBearer(auto_error=False, description="Required only when LNSERVE_API_KEY is set.")

@@ -44,8 +44,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from app.batcher import BatchError, ModelUnavailableError, QueueFullError, ShuttingDownError
-from converters.errors import ArtifactError, LnserveError, UserInputError
+from lnserve.app.batcher import BatchError, ModelUnavailableError, QueueFullError, ShuttingDownError
+from lnserve.converters.errors import ArtifactError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
 

@@ -14,11 +14,11 @@ import threading
 import numpy as np
 from fastapi import Request
 
-from app.deps import cancel_on_disconnect
-from app.errors import ModelNotFoundError
-from app.galleries.errors import GalleryMismatchError
-from app.galleries.store import GalleryInfo, GalleryStore
-from app.registry import ModelEntry, ModelRegistry
+from lnserve.app.deps import cancel_on_disconnect
+from lnserve.app.errors import ModelNotFoundError
+from lnserve.app.galleries.errors import GalleryMismatchError
+from lnserve.app.galleries.store import GalleryInfo, GalleryStore
+from lnserve.app.registry import ModelEntry, ModelRegistry
 
 log = logging.getLogger("lnserve.galleries")
 _warm_started = threading.Lock()  # held forever once the warm-up has started: it runs once per process
@@ -37,7 +37,7 @@ def warm_scorer(store: GalleryStore) -> None:
 
 
 def _build_scorer(name: str | None) -> None:
-    from app.runtime.retrieval import get_kernel
+    from lnserve.app.runtime.retrieval import get_kernel
 
     try:
         log.info("retrieval scorer ready (%s)", get_kernel(name).name)

@@ -1,4 +1,4 @@
-"""What the server (``app.server``) and the app tell each other about starting and stopping.
+"""What the server (``lnserve.app.server``) and the app tell each other about starting and stopping.
 
 * Drain: on SIGTERM the server calls ``begin_drain(deadline)``. Every request in flight runs inside
   ``cut_at_drain_deadline``; at the deadline the middleware answers those still running with a JSON 503
@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from converters.errors import LnserveError
+from lnserve.converters.errors import LnserveError
 
 
 class Lifecycle:

@@ -1,7 +1,7 @@
 """The FastAPI app factory. Importing this module is cheap; models load in the lifespan.
 
 ``create_app`` wires settings, registry, metrics, error handlers, middleware and the routers named in
-``app.routes.ROUTER_MODULES``. ``lifespan`` is the one place that starts and stops things.
+``lnserve.app.routes.ROUTER_MODULES``. ``lifespan`` is the one place that starts and stops things.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.body_parsing import BodyParser
-from app.deps import require_api_key
-from app.errors import ModelLoadError, install_error_handlers
-from app.galleries.demo import install_demo_gallery
-from app.galleries.store import GalleryStore
-from app.gallery_ops import warm_scorer
-from app.lifecycle import Lifecycle
-from app.metrics import Metrics
-from app.middleware import RequestContextMiddleware
-from app.registry import ModelRegistry
-from app.routes import ROUTER_MODULES
-from app.schemas import ErrorBody
-from app.settings import Settings
-from converters.errors import LnserveError
+from lnserve.app.body_parsing import BodyParser
+from lnserve.app.deps import require_api_key
+from lnserve.app.errors import ModelLoadError, install_error_handlers
+from lnserve.app.galleries.demo import install_demo_gallery
+from lnserve.app.galleries.store import GalleryStore
+from lnserve.app.gallery_ops import warm_scorer
+from lnserve.app.lifecycle import Lifecycle
+from lnserve.app.metrics import Metrics
+from lnserve.app.middleware import RequestContextMiddleware
+from lnserve.app.registry import ModelRegistry
+from lnserve.app.routes import ROUTER_MODULES
+from lnserve.app.schemas import ErrorBody
+from lnserve.app.settings import Settings
+from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.app")
 

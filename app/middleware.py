@@ -24,16 +24,16 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import (
+from lnserve.app.errors import (
     OverloadedError,
     RequestTooLargeError,
     ShuttingDownError,
     UnauthorizedError,
     error_response,
 )
-from app.lifecycle import Lifecycle
-from app.log_setup import ACCESS_LOGGER
-from app.metrics import Metrics
+from lnserve.app.lifecycle import Lifecycle
+from lnserve.app.log_setup import ACCESS_LOGGER
+from lnserve.app.metrics import Metrics
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("lnserve.errors")

@@ -16,13 +16,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from app.batcher import BatchLimits, BatchObserver, MicroBatcher
-from app.errors import ModelNotFoundError, NotReadyError, SentenceTooLongError, TooManySentencesError
-from app.galleries.store import ModelRef
-from app.runtime.engine import Engine, bad_rows, nonfinite_error
-from app.settings import Settings
-from converters.artifact import MANIFEST
-from converters.errors import ArtifactError, EncodeInputError, UserInputError
+from lnserve.app.batcher import BatchLimits, BatchObserver, MicroBatcher
+from lnserve.app.errors import ModelNotFoundError, NotReadyError, SentenceTooLongError, TooManySentencesError
+from lnserve.app.galleries.store import ModelRef
+from lnserve.app.runtime.engine import Engine, bad_rows, nonfinite_error
+from lnserve.app.settings import Settings
+from lnserve.converters.artifact import MANIFEST
+from lnserve.converters.errors import ArtifactError, EncodeInputError, UserInputError
 
 log = logging.getLogger("lnserve.registry")
 INLINE_TOKENIZE_CHARS = 64 * 1024  # larger request texts are tokenised off the event loop
@@ -40,7 +40,7 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
     """
     dirs = [d for given in settings.models for d in _artifact_dirs(Path(given))]
     if not settings.models:
-        from app.training.demo import ensure_demo_artifact
+        from lnserve.app.training.demo import ensure_demo_artifact
 
         dirs = [ensure_demo_artifact()]
     out: list[tuple[str, Path, dict[str, Any]]] = []

@@ -1,6 +1,6 @@
 """Request and response bodies of the gallery and retrieval routes (``/galleries``, ``/retrieve``).
 
-Kept apart from ``app.schemas`` (encoding) because these describe stored items and ranked results; both
+Kept apart from ``lnserve.app.schemas`` (encoding) because these describe stored items and ranked results; both
 modules share the conventions: ``extra="forbid"`` on requests, limits stated in the schema where static.
 """
 
@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
-from app.galleries.store import KINDS, MAX_K, MAX_QUERIES
+from lnserve.app.galleries.store import KINDS, MAX_K, MAX_QUERIES
 
 GalleryKind = Literal["images", "captions"]
 assert set(GalleryKind.__args__) == set(KINDS)  # type: ignore[attr-defined]  # one list of kinds

@@ -7,7 +7,7 @@ still cannot be built while the server starts (an ONNX session error) stops it t
 
 On SIGTERM the server stops accepting connections and lets requests in flight finish until
 ``drain_timeout_s`` after the signal; those still running then get a JSON 503 ``shutting_down``
-(``app.lifecycle``), and the process exits within about a second of the deadline.
+(``lnserve.app.lifecycle``), and the process exits within about a second of the deadline.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from app.lifecycle import Lifecycle
-from app.main import create_app
-from app.registry import resolve_model_dirs
-from app.settings import Settings
-from converters.artifact import read_artifact
-from converters.errors import UserInputError
+from lnserve.app.lifecycle import Lifecycle
+from lnserve.app.main import create_app
+from lnserve.app.registry import resolve_model_dirs
+from lnserve.app.settings import Settings
+from lnserve.converters.artifact import read_artifact
+from lnserve.converters.errors import UserInputError
 
 log = logging.getLogger("lnserve.server")
 _UVICORN_GRACE_S = 1.0  # uvicorn's own cancel comes this long after our drain deadline, as a backstop

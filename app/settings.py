@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.runtime.engine import BACKENDS, DEFAULT_BACKEND
+from lnserve.app.runtime.engine import BACKENDS, DEFAULT_BACKEND
 
 
 def _default_threads() -> int:

@@ -29,7 +29,9 @@ sys.path.insert(0, str(ROOT))
 from tests.support.legacy_format import write_legacy_table  # noqa: E402
 
 DIM_WORD, DIM, SEED, BLOCK = 620, 8, 20240611, 10_000
-IMPORTS = "import app.cli, app.commands.convert, converters.skip_thoughts, rich.progress"
+IMPORTS = (
+    "import lnserve.app.cli, lnserve.app.commands.convert, lnserve.converters.skip_thoughts, rich.progress"
+)
 
 
 def table_rows(n: int) -> Iterator[np.ndarray]:
@@ -71,7 +73,7 @@ def peak_rss(args: list[str]) -> tuple[int, float]:
 
 def verify(out: Path, n: int) -> str:
     """The converted table is memory-mapped on load and holds the same rows."""
-    from converters.artifact import read_artifact
+    from lnserve.converters.artifact import read_artifact
 
     table = read_artifact(out).table("bi_table.npy")
     assert isinstance(table, np.memmap), type(table)
@@ -98,7 +100,7 @@ def main() -> None:
         table_bytes = ns.rows * DIM_WORD * 4
         base, _ = peak_rss([sys.executable, "-c", IMPORTS])
         out = work / "artifact"
-        cli = [sys.executable, "-c", "from app.cli import main; main()", "convert", "skip-thoughts"]
+        cli = [sys.executable, "-c", "from lnserve.app.cli import main; main()", "convert", "skip-thoughts"]
         peak, secs = peak_rss(
             [*cli, "--bi", str(work / "bi_skip.npz"), "--tables", str(work), "--out", str(out)]
         )

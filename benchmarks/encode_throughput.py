@@ -6,7 +6,7 @@ For the LN-GRU at the order-embedding dims (300 -> 1024) and the uni-skip dims (
 1/32/128/256 and lengths 8/13/32, it prints sentences/s and per-batch latency of:
 
 * ``naive``: a PyTorch step loop that projects each step's input inside the loop (what a direct port does);
-* ``torch``: our PyTorch backend (``models.recurrence.Recurrence``: input projection hoisted);
+* ``torch``: our PyTorch backend (``lnserve.models.recurrence.Recurrence``: input projection hoisted);
 * ``onnx``: our ONNX graph on onnxruntime's CPU provider, configured as the service runs it;
 * ``nn.GRU``: PyTorch's fused GRU of the same dims (no layer norm: a lower bound on the work);
 
@@ -30,10 +30,10 @@ import onnxruntime as ort
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from app.runtime.onnx_backend import session_options
-from converters.onnx_graph import build_recurrent_encoder_graph
-from models.norms import EPS
-from models.recurrence import Recurrence
+from lnserve.app.runtime.onnx_backend import session_options
+from lnserve.converters.onnx_graph import build_recurrent_encoder_graph
+from lnserve.models.norms import EPS
+from lnserve.models.recurrence import Recurrence
 
 DIMS = {"OE 300->1024": (300, 1024), "uni-skip 620->2400": (620, 2400)}
 

@@ -29,8 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.runtime.engine import Engine  # noqa: E402
-from app.training.demo import ensure_demo_artifact  # noqa: E402
+from lnserve.app.runtime.engine import Engine  # noqa: E402
+from lnserve.app.training.demo import ensure_demo_artifact  # noqa: E402
 from tests.e2e.server import start_server  # noqa: E402
 
 
@@ -119,7 +119,7 @@ def published_size_model(out: Path, *, n_in: int = 300, d: int = 1024, n_words: 
     """A random-weight LN-GRU order-embedding artifact at the published dims (300 -> 1024), so the model
     costs what a real one does; the demo model is so small that HTTP alone dominates."""
     from benchmarks.encode_throughput import lngru_weights
-    from converters.order_embedding import ConvertedOrderEmbedding, write_order_embedding
+    from lnserve.converters.order_embedding import ConvertedOrderEmbedding, write_order_embedding
 
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(n_words - 2)]

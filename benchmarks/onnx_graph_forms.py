@@ -27,9 +27,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from app.runtime.onnx_backend import session_options
 from benchmarks.encode_throughput import lngru_weights
-from converters.onnx_graph import build_recurrent_encoder_graph
+from lnserve.app.runtime.onnx_backend import session_options
+from lnserve.converters.onnx_graph import build_recurrent_encoder_graph
 
 N_IN, D, T = 300, 1024, 13
 FLOP_PER_SENTENCE = 105.7e6  # 8.13 MFLOP/token x 13 (spec §11)
@@ -59,6 +59,7 @@ def session(model: onnx.ModelProto, *, spinning: bool, threads: int = 2) -> ort.
 
 def busy_fraction(interval: float = 0.25) -> float:
     """Fraction of all CPUs busy over ``interval`` while this process sleeps, i.e. foreign load."""
+
     def sample() -> tuple[int, int]:
         with open("/proc/stat") as f:
             vals = [int(v) for v in f.readline().split()[1:]]
@@ -102,9 +103,13 @@ def matmul_gflops(spinning: bool, seconds: float, n: int = 2048) -> float:
     """fp32 GEMM rate of MLAS through onnxruntime with the same thread settings."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.normal(size=(n, n)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "mm",
-                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["y"])],
+        "mm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
     sess = session(model, spinning=spinning)
     a = rng.normal(size=(n, n)).astype(np.float32)
@@ -136,15 +141,21 @@ def main() -> None:
     print(f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}")
     bw = max(copy_bandwidth(args.seconds) for _ in range(args.rounds))
     bw_bound = bw / (T * RECURRENT_BYTES)
-    print(f"copy bandwidth {bw / 1e9:.1f} GB/s -> batch-1 weight-streaming bound {bw_bound:.0f} sent/s "
-          "(an upper bound only if the 12.6 MB weight does not stay in cache)")
+    print(
+        f"copy bandwidth {bw / 1e9:.1f} GB/s -> batch-1 weight-streaming bound {bw_bound:.0f} sent/s "
+        "(an upper bound only if the 12.6 MB weight does not stay in cache)"
+    )
     weights = lngru_weights(N_IN, D)
     rng = np.random.default_rng(1)
-    inputs = {b: {"x": rng.normal(size=(T, b, N_IN)).astype(np.float32),
-                  "lengths": np.full((b,), T, np.int64)} for b in batches}
+    inputs = {
+        b: {"x": rng.normal(size=(T, b, N_IN)).astype(np.float32), "lengths": np.full((b,), T, np.int64)}
+        for b in batches
+    }
     for spinning in spins:
-        sessions = {name: session(build_recurrent_encoder_graph("lngru", weights, **kw), spinning=spinning)
-                    for name, kw in forms.items()}
+        sessions = {
+            name: session(build_recurrent_encoder_graph("lngru", weights, **kw), spinning=spinning)
+            for name, kw in forms.items()
+        }
         best: dict[tuple[str, int], float] = {}
         gf = 0.0
         # Interleaved rounds, keeping each cell's best: the machine is shared, so a burst of foreign load
@@ -160,8 +171,10 @@ def main() -> None:
                     dt = timeit(lambda sess=sess, feeds=feeds: sess.run(None, feeds), args.seconds)
                     best[name, b] = max(best.get((name, b), 0.0), b / dt)
         ceiling = gf * 1e9 / FLOP_PER_SENTENCE
-        print(f"\nallow_spinning={int(spinning)}: 2048^3 MatMul {gf:.0f} GFLOP/s "
-              f"-> ceiling {ceiling:.0f} sent/s")
+        print(
+            f"\nallow_spinning={int(spinning)}: 2048^3 MatMul {gf:.0f} GFLOP/s "
+            f"-> ceiling {ceiling:.0f} sent/s"
+        )
         print(f"{'form':32s}" + "".join(f"{'B=' + str(b):>16s}" for b in batches))
         for name in forms:
             cells = []

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's app, not an installed one
-from app.runtime.retrieval import get_kernel, top_k
+from lnserve.app.runtime.retrieval import get_kernel, top_k
 
 
 def random_gallery(n: int, dim: int, seed: int = 0) -> np.ndarray:

@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's models, not an installed one
-from models.encoders import OrderEmbedding, OrderEmbeddingConfig
-from models.init import init_order_embedding
-from models.losses import clip_each_gradient, contrastive_loss
+from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig
+from lnserve.models.init import init_order_embedding
+from lnserve.models.losses import clip_each_gradient, contrastive_loss
 
 DIM_WORD, DIM, DIM_IMAGE, N_WORDS = 300, 1024, 4096, 10000
 

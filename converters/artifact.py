@@ -21,8 +21,8 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
-from converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
-from converters.hashing import sha256_file
+from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
+from lnserve.converters.hashing import sha256_file
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

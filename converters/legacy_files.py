@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from converters.errors import CorruptFileError, TableMismatchError
-from converters.safe_pickle import py2_strings, safe_load
+from lnserve.converters.errors import CorruptFileError, TableMismatchError
+from lnserve.converters.safe_pickle import py2_strings, safe_load
 
 log = logging.getLogger("lnserve.converters")
 _NUMPY_MULTIARRAY = ("numpy.core.multiarray", "numpy._core.multiarray")

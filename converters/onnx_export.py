@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from converters.artifact import MANIFEST, SKIP_PART_MODULES, Artifact, read_artifact, write_json
-from converters.errors import OnnxModelError
-from converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
+from lnserve.converters.artifact import MANIFEST, SKIP_PART_MODULES, Artifact, read_artifact, write_json
+from lnserve.converters.errors import OnnxModelError
+from lnserve.converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 
 EXPORT_FORMAT = 1  # bump when the graph I/O contract changes; the runtime refuses newer ones
 DEFAULT_OPSET = 18

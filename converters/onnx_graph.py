@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from models.cell_types import CELL_TYPES
-from models.cell_types import NORM_EPS as EPS
+from lnserve.models.cell_types import CELL_TYPES
+from lnserve.models.cell_types import NORM_EPS as EPS
 
 __all__ = [
     "CELL_TYPES",
@@ -177,8 +177,9 @@ class _GruParams:
     hh_c: tuple[str, str | None] | None
 
 
-def _gru_params(g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: int,
-                opts: _Opts) -> _GruParams:
+def _gru_params(
+    g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: int, opts: _Opts
+) -> _GruParams:
     """Transpose to Theano (in, out) layout, fold biases and optionally mean-shift-centre the projections."""
     d = opts.d
     w_ih = _need(weights, "weight_ih", (3 * d, n_in)).T
@@ -203,22 +204,36 @@ def _gru_params(g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: i
             u_c, _ = _centre(u_c, None)
         # b3 is added before the sigmoid like b1, so it folds into the (hoisted) input norm's bias.
         g_ru, beta_ru = norms["norm_ih_ru"][0], norms["norm_ih_ru"][1] + norms["norm_hh_ru"][1]
-        in_ru = (g.const(_f32(g_ru), "s_ih_ru"),
-                 g.const(_f32(beta_ru), "b_ih_ru_plus_hh_ru") if has_bias else None)
-        in_c = (g.const(_f32(norms["norm_ih_c"][0]), "s_ih_c"),
-                g.const(_f32(norms["norm_ih_c"][1]), "b_ih_c") if has_bias else None)
+        in_ru = (
+            g.const(_f32(g_ru), "s_ih_ru"),
+            g.const(_f32(beta_ru), "b_ih_ru_plus_hh_ru") if has_bias else None,
+        )
+        in_c = (
+            g.const(_f32(norms["norm_ih_c"][0]), "s_ih_c"),
+            g.const(_f32(norms["norm_ih_c"][1]), "b_ih_c") if has_bias else None,
+        )
         hh_ru = g.const(_f32(norms["norm_hh_ru"][0]), "s_hh_ru")
-        hh_c = (g.const(_f32(norms["norm_hh_c"][0]), "s_hh_c"),
-                g.const(_f32(norms["norm_hh_c"][1]), "b_hh_c") if has_bias else None)
+        hh_c = (
+            g.const(_f32(norms["norm_hh_c"][0]), "s_hh_c"),
+            g.const(_f32(norms["norm_hh_c"][1]), "b_hh_c") if has_bias else None,
+        )
     u_all = u_ru_n = u_c_n = None
     if opts.split_gemm:
         u_ru_n, u_c_n = g.const(_f32(u_ru), "U_ru"), g.const(_f32(u_c), "U_c")
     else:
         u_all = g.const(_f32(np.concatenate([u_ru, u_c], axis=1)), "U_all")
     return _GruParams(
-        w_ru=g.const(_f32(w_ru), "W_ru"), b_ru=g.const(_f32(b_ru), "b_ru"),
-        w_c=g.const(_f32(w_c), "W_c"), b_c=g.const(_f32(b_c), "b_c"),
-        u_all=u_all, u_ru=u_ru_n, u_c=u_c_n, in_ru=in_ru, in_c=in_c, hh_ru=hh_ru, hh_c=hh_c,
+        w_ru=g.const(_f32(w_ru), "W_ru"),
+        b_ru=g.const(_f32(b_ru), "b_ru"),
+        w_c=g.const(_f32(w_c), "W_c"),
+        b_c=g.const(_f32(b_c), "b_c"),
+        u_all=u_all,
+        u_ru=u_ru_n,
+        u_c=u_c_n,
+        in_ru=in_ru,
+        in_c=in_c,
+        hh_ru=hh_ru,
+        hh_c=hh_c,
     )
 
 
@@ -264,8 +279,11 @@ def _gru_step(g: _Graph, h: str, a_t: str, c_t: str, m_t: str | None, p: _GruPar
     if p.hh_ru is not None and p.hh_c is not None:
         pre = g.op("Add", [_norm_any(g, pre, p.hh_ru, None, opts), a_t])
         cand = _norm_any(g, cand, p.hh_c[0], p.hh_c[1], opts)
-    r, u = g.op_multi("Split", [g.op("Sigmoid", [pre])], 2, axis=-1, num_outputs=2) if opts.opset >= 18 else \
-        g.op_multi("Split", [g.op("Sigmoid", [pre])], 2, axis=-1)
+    r, u = (
+        g.op_multi("Split", [g.op("Sigmoid", [pre])], 2, axis=-1, num_outputs=2)
+        if opts.opset >= 18
+        else g.op_multi("Split", [g.op("Sigmoid", [pre])], 2, axis=-1)
+    )
     hh = g.op("Tanh", [g.op("Add", [g.op("Mul", [r, cand]), c_t])])
     if opts.update == "lerp":  # h' = hh + u * (h - hh)
         h_new = g.op("Add", [hh, g.op("Mul", [u, g.op("Sub", [h, hh])])])
@@ -288,8 +306,9 @@ class _LstmParams:
     cell_norm: tuple[str, str | None] | None
 
 
-def _lstm_params(g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: int,
-                 opts: _Opts) -> _LstmParams:
+def _lstm_params(
+    g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: int, opts: _Opts
+) -> _LstmParams:
     """Theano gate order i, f, o, g is kept; b goes in twice (pre-norm and post-norm, spec §4.4-4.6)."""
     d = opts.d
     w = _need(weights, "weight_ih", (4 * d, n_in)).T
@@ -297,8 +316,15 @@ def _lstm_params(g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: 
     b = _need(weights, "bias", (4 * d,))
     if cell == "lstm":
         b_post = g.const(_f32(b), "b_post")
-        return _LstmParams(w=g.const(_f32(w), "W"), b=g.const(_f32(b), "b"), b_post=b_post,
-                           u=g.const(_f32(u), "U"), in_norm=None, hh=None, cell_norm=None)
+        return _LstmParams(
+            w=g.const(_f32(w), "W"),
+            b=g.const(_f32(b), "b"),
+            b_post=b_post,
+            u=g.const(_f32(u), "U"),
+            in_norm=None,
+            hh=None,
+            cell_norm=None,
+        )
     has_bias = cell == "lnlstm"
     norms = {}
     for name in _LSTM_NORMS:
@@ -313,11 +339,16 @@ def _lstm_params(g: _Graph, cell: str, weights: Mapping[str, np.ndarray], n_in: 
     # post-norm: LN1(p) + LN2(hU) + b, with b1 + b2 + b folded into the hoisted input norm's bias
     beta_in = norms["norm_ih"][1] + norms["norm_hh"][1] + b
     return _LstmParams(
-        w=g.const(_f32(w), "W"), b=g.const(_f32(b_pre), "b"), b_post=None, u=g.const(_f32(u), "U"),
+        w=g.const(_f32(w), "W"),
+        b=g.const(_f32(b_pre), "b"),
+        b_post=None,
+        u=g.const(_f32(u), "U"),
         in_norm=(g.const(_f32(norms["norm_ih"][0]), "s_ih"), g.const(_f32(beta_in), "b_ih_plus_hh_plus_b")),
         hh=g.const(_f32(norms["norm_hh"][0]), "s_hh"),
-        cell_norm=(g.const(_f32(norms["norm_cell"][0]), "s_cell"),
-                   g.const(_f32(norms["norm_cell"][1]), "b_cell") if has_bias else None),
+        cell_norm=(
+            g.const(_f32(norms["norm_cell"][0]), "s_cell"),
+            g.const(_f32(norms["norm_cell"][1]), "b_cell") if has_bias else None,
+        ),
     )
 
 
@@ -330,8 +361,9 @@ def _lstm_inputs(g: _Graph, x: str, p: _LstmParams, opts: _Opts) -> str:
     return _norm_any(g, pre, p.in_norm[0], p.in_norm[1], opts)
 
 
-def _lstm_step(g: _Graph, h: str, c: str, p_t: str, m_t: str | None, p: _LstmParams,
-               opts: _Opts) -> tuple[str, str]:
+def _lstm_step(
+    g: _Graph, h: str, c: str, p_t: str, m_t: str | None, p: _LstmParams, opts: _Opts
+) -> tuple[str, str]:
     """One LSTM-family step; the carried cell is the un-normalised c, the mask applies to c and h."""
     d = opts.d
     rec = g.op("MatMul", [h, p.u])
@@ -363,8 +395,11 @@ def _zeros_state(g: _Graph, x: str, d: int) -> str:
     """Zero (B, d) initial state with B taken from x at run time."""
     b = g.op("Shape", [x], start=1, end=2)
     dim = g.cached("c_state_dim", np.array([d], np.int64))
-    return g.op("ConstantOfShape", [g.op("Concat", [b, dim], axis=0)],
-                value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]))
+    return g.op(
+        "ConstantOfShape",
+        [g.op("Concat", [b, dim], axis=0)],
+        value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]),
+    )
 
 
 def _native_gru(g: _Graph, weights: Mapping[str, np.ndarray], n_in: int, d: int) -> str:
@@ -471,9 +506,12 @@ def build_recurrent_encoder_graph(
             # One Split per hoisted sequence (a single pass over it) instead of a Gather copy per step;
             # Squeeze aliases its input in ORT, so the per-step slices cost no further copies.
             axes0 = g.cached("c_axes0", np.array([0], np.int64))
-            pieces = [g.op_multi("Split", [s], steps, axis=0, num_outputs=steps) if opts.opset >= 18 else
-                      g.op_multi("Split", [s, g.cached("c_ones_t", np.ones(steps, np.int64))], steps, axis=0)
-                      for s in seqs]
+            pieces = [
+                g.op_multi("Split", [s], steps, axis=0, num_outputs=steps)
+                if opts.opset >= 18
+                else g.op_multi("Split", [s, g.cached("c_ones_t", np.ones(steps, np.int64))], steps, axis=0)
+                for s in seqs
+            ]
             hs = []
             for t in range(steps):
                 xs = [g.op("Squeeze", [ps[t], axes0]) for ps in pieces]
@@ -491,7 +529,8 @@ def build_recurrent_encoder_graph(
             cond_out = body.op("Identity", [cond_in])
             scan_out = [] if masked else [body.op("Identity", [st_out[0]])]
             body_graph = helper.make_graph(
-                body.nodes, "loop_body",
+                body.nodes,
+                "loop_body",
                 [_vi(it, TensorProto.INT64, []), _vi(cond_in, TensorProto.BOOL, [])]
                 + [_vi(n, TensorProto.FLOAT, ["B", d]) for n in st_in],
                 [_vi(cond_out, TensorProto.BOOL, [])]
@@ -510,7 +549,8 @@ def build_recurrent_encoder_graph(
             scan_out = [] if masked else [body.op("Identity", [st_out[0]])]
             widths = [4 * d] if lstm else [2 * d, d]
             body_graph = helper.make_graph(
-                body.nodes, "scan_body",
+                body.nodes,
+                "scan_body",
                 [_vi(n, TensorProto.FLOAT, ["B", d]) for n in st_in]
                 + [_vi(n, TensorProto.FLOAT, ["B", w]) for n, w in zip(x_in, widths, strict=True)]
                 + ([_vi(m_in, TensorProto.BOOL, ["B", 1])] if masked else []),
@@ -518,36 +558,62 @@ def build_recurrent_encoder_graph(
             )
             t_len = g.op("Shape", ["x"], start=0, end=1)
             t_len = g.op("Squeeze", [t_len, g.cached("c_axes0", np.array([0], np.int64))])
-            rng = g.op("Range", [g.const(np.array(0, np.int64), "c_zero_i64"), t_len,
-                                 g.cached("c_one_i64", np.array(1, np.int64))])
+            rng = g.op(
+                "Range",
+                [
+                    g.const(np.array(0, np.int64), "c_zero_i64"),
+                    t_len,
+                    g.cached("c_one_i64", np.array(1, np.int64)),
+                ],
+            )
             rng = g.op("Unsqueeze", [rng, g.const(np.array([1, 2], np.int64), "c_axes12")])  # (T, 1, 1)
             lens_row = g.op("Unsqueeze", [lens_col, g.cached("c_axes0", np.array([0], np.int64))])
             mask_t = g.op("Less", [rng, lens_row])
             scan_in = [*seqs, mask_t] if masked else seqs
-            outs = g.op_multi("Scan", [*states, *scan_in], len(states) + len(scan_out), body=body_graph,
-                              num_scan_inputs=len(scan_in))
+            outs = g.op_multi(
+                "Scan",
+                [*states, *scan_in],
+                len(states) + len(scan_out),
+                body=body_graph,
+                num_scan_inputs=len(scan_in),
+            )
             out = outs[-1] if scan_out else outs[0]
         if not masked:  # out is every step's state (T, B, d): take each row's state at step length - 1
             one = g.cached("c_one_i64", np.array(1, np.int64))
             last = g.op("Sub", ["lengths", one])
             last = g.op("Unsqueeze", [last, g.cached("c_axes02", np.array([0, 2], np.int64))])  # (1, B, 1)
-            shape = g.op("Concat", [g.cached("c_one_1d", np.array([1], np.int64)),
-                                    g.op("Shape", ["x"], start=1, end=2),
-                                    g.cached("c_state_dim", np.array([d], np.int64))], axis=0)
+            shape = g.op(
+                "Concat",
+                [
+                    g.cached("c_one_1d", np.array([1], np.int64)),
+                    g.op("Shape", ["x"], start=1, end=2),
+                    g.cached("c_state_dim", np.array([d], np.int64)),
+                ],
+                axis=0,
+            )
             picked = g.op("GatherElements", [out, g.op("Expand", [last, shape])], axis=0)
             out = g.op("Squeeze", [picked, g.cached("c_axes0", np.array([0], np.int64))])
 
     g.nodes.append(helper.make_node("Identity", [out], ["h"], name="output_h"))
-    graph = helper.make_graph(g.nodes, f"{cell}_encoder", graph_inputs,
-                              [_vi("h", TensorProto.FLOAT, ["B", d])], list(g.inits.values()))
+    graph = helper.make_graph(
+        g.nodes,
+        f"{cell}_encoder",
+        graph_inputs,
+        [_vi("h", TensorProto.FLOAT, ["B", d])],
+        list(g.inits.values()),
+    )
     return _model(graph, opset)
 
 
 def _model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
     """Wrap a graph with the lowest IR version the opset needs (ORT refuses IRs newer than it knows)."""
     opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="lnserve.converters.onnx_graph",
-                              ir_version=helper.find_min_ir_version_for(opsets))
+    model = helper.make_model(
+        graph,
+        opset_imports=opsets,
+        producer_name="lnserve.converters.onnx_graph",
+        ir_version=helper.find_min_ir_version_for(opsets),
+    )
     onnx.checker.check_model(model)
     return model
 
@@ -564,7 +630,11 @@ def build_image_encoder_graph(weight: np.ndarray, bias: np.ndarray, *, opset: in
     d, dim_image = weight.shape
     inits = [numpy_helper.from_array(weight, "ff_image_W"), numpy_helper.from_array(bias, "ff_image_b")]
     node = helper.make_node("Gemm", ["features", "ff_image_W", "ff_image_b"], ["projected"], transB=1)
-    graph = helper.make_graph([node], "image_encoder",
-                              [_vi("features", TensorProto.FLOAT, ["B", dim_image])],
-                              [_vi("projected", TensorProto.FLOAT, ["B", d])], inits)
+    graph = helper.make_graph(
+        [node],
+        "image_encoder",
+        [_vi("features", TensorProto.FLOAT, ["B", dim_image])],
+        [_vi("projected", TensorProto.FLOAT, ["B", d])],
+        inits,
+    )
     return _model(graph, opset)

@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from converters import CONVERTER_VERSION
-from converters.artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
-from converters.detect import detect_cell
-from converters.errors import CorruptFileError
-from converters.hashing import sha256_file
-from converters.legacy_files import read_legacy_pickle, read_npz
-from converters.param_map import (
+from lnserve.converters import CONVERTER_VERSION
+from lnserve.converters.artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
+from lnserve.converters.detect import detect_cell
+from lnserve.converters.errors import CorruptFileError
+from lnserve.converters.hashing import sha256_file
+from lnserve.converters.legacy_files import read_legacy_pickle, read_npz
+from lnserve.converters.param_map import (
     cell_state_dict,
     check_params,
     expected_cell_shapes,

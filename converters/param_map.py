@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from converters.errors import MissingParameterError, ShapeMismatchError
-from models.cell_types import GRU_CELLS, LSTM_CELLS
+from lnserve.converters.errors import MissingParameterError, ShapeMismatchError
+from lnserve.models.cell_types import GRU_CELLS, LSTM_CELLS
 
 _NORM_GROUPS_GRU = (
     ("1", "norm_ih_ru", 2),

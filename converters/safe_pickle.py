@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from converters.errors import CorruptFileError, UnsafePickleError
+from lnserve.converters.errors import CorruptFileError, UnsafePickleError
 
 _NP_RECONSTRUCT = np._core.multiarray._reconstruct  # type: ignore[attr-defined]
 

@@ -14,13 +14,25 @@ from typing import Any
 
 import numpy as np
 
-from converters import CONVERTER_VERSION
-from converters.artifact import SKIP_PART_MODULES, finish_manifest, save_weights, staging_dir, write_json
-from converters.detect import detect_cell
-from converters.errors import CorruptFileError, TableMismatchError, UserInputError
-from converters.hashing import sha256_file
-from converters.legacy_files import convert_table, read_dictionary, read_legacy_pickle, read_npz, require_file
-from converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
+from lnserve.converters import CONVERTER_VERSION
+from lnserve.converters.artifact import (
+    SKIP_PART_MODULES,
+    finish_manifest,
+    save_weights,
+    staging_dir,
+    write_json,
+)
+from lnserve.converters.detect import detect_cell
+from lnserve.converters.errors import CorruptFileError, TableMismatchError, UserInputError
+from lnserve.converters.hashing import sha256_file
+from lnserve.converters.legacy_files import (
+    convert_table,
+    read_dictionary,
+    read_legacy_pickle,
+    read_npz,
+    require_file,
+)
+from lnserve.converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
 
 log = logging.getLogger("lnserve.converters")
 

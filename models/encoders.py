@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.norms import l2normalize
-from models.recurrence import Recurrence, reverse_padded
+from lnserve.models.norms import l2normalize
+from lnserve.models.recurrence import Recurrence, reverse_padded
 
 
 @dataclass(frozen=True)

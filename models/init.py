@@ -67,7 +67,7 @@ def init_recurrent_cell(
     diag: float = 0.0,
     generator: torch.Generator,
 ) -> None:
-    """Initialise a cell of ``models.cells`` block by block: input blocks ``norm_weight``, recurrent blocks
+    """Initialise a cell of ``lnserve.models.cells`` block by block: input blocks ``norm_weight``, recurrent blocks
     ``kind`` (random kinds draw each gate block separately; the structured ones repeat the same block, as
     the upstream torch version stacks it for every gate), biases 0, norm gains 1 and norm biases 0."""
     d = cell.hidden_size
@@ -87,7 +87,7 @@ def init_recurrent_cell(
 def init_order_embedding(
     model: nn.Module, *, kind: str = "orthogonal", gain: float | None = None, diag: float = 0.0, seed: int = 0
 ) -> None:
-    """The whole order-embedding model (``models.encoders.OrderEmbedding``) from one seed: Wemb and the
+    """The whole order-embedding model (``lnserve.models.encoders.OrderEmbedding``) from one seed: Wemb and the
     image projection ``norm_weight`` (uniform(-0.1, 0.1)), image bias 0, the sentence cell as above."""
     gen = torch.Generator().manual_seed(seed)
     emb = model.sentence.embedding.weight

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.order_embedding import read_order_embedding, write_order_embedding
-from converters.skip_thoughts import convert_skip_thoughts
+from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
+from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy"
 OE_MODELS = ("oe_order_gru", "oe_symmetric_gru", "oe_order_lngru", "oe_order_rlngru", "oe_order_rms_as_lngru")
@@ -32,7 +32,7 @@ def golden(name: str) -> dict[str, np.ndarray]:
 def run_cli(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
     """Run the real console entry point in a fresh interpreter."""
     proc = subprocess.run(
-        [sys.executable, "-c", "from app.cli import main; main()", *args],
+        [sys.executable, "-c", "from lnserve.app.cli import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=300,

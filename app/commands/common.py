@@ -10,7 +10,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from converters.errors import EncodeInputError
+from lnserve.converters.errors import EncodeInputError
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
 

@@ -28,7 +28,7 @@ def convert_order_embedding(
     force: ForceOpt = False,
 ) -> None:
     """Convert an order-embedding checkpoint (PREFIX.npz + PREFIX.pkl)."""
-    from converters.order_embedding import read_order_embedding, write_order_embedding
+    from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 
     model = read_order_embedding(prefix, cell=cell)
     manifest = write_order_embedding(model, out, name=name or prefix.name, overwrite=force)
@@ -50,7 +50,7 @@ def convert_skip_thoughts_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Convert skip-thoughts uni-skip and/or bi-skip (both give combine-skip)."""
-    from converters.skip_thoughts import convert_skip_thoughts
+    from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
     with _progress_bar() as bar:
         tasks: dict[str, int] = {}

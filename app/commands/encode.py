@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from app.commands.common import BackendOpt, load_matrix, read_lines, save_npy
-from app.runtime.engine import DEFAULT_BACKEND
-from converters.errors import EncodeInputError, UserInputError
+from lnserve.app.commands.common import BackendOpt, load_matrix, read_lines, save_npy
+from lnserve.app.runtime.engine import DEFAULT_BACKEND
+from lnserve.converters.errors import EncodeInputError, UserInputError
 
 
 def encode(
@@ -33,7 +33,7 @@ def encode(
     ] = "fp32",
 ) -> None:
     """Encode sentences (--input) or images (--images) into vectors."""
-    from app.runtime.engine import Engine
+    from lnserve.app.runtime.engine import Engine
 
     if (input is None) == (images is None):
         raise UserInputError("give exactly one of --input and --images")
@@ -59,8 +59,8 @@ def score(
     output: Annotated[Path, typer.Option("--output", help="Output error matrix .npy (N x M).")],
 ) -> None:
     """Caption x image error matrix with the model's method (order violation or negative cosine)."""
-    from app.runtime.scoring import error_matrix
-    from converters.artifact import read_artifact
+    from lnserve.app.runtime.scoring import error_matrix
+    from lnserve.converters.artifact import read_artifact
 
     artifact = read_artifact(model_dir)
     if artifact.family != "order-embedding":

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from app.commands.common import BackendOpt, load_matrix, read_lines
-from app.runtime.engine import DEFAULT_BACKEND
-from converters.errors import EncodeInputError, UserInputError
+from lnserve.app.commands.common import BackendOpt, load_matrix, read_lines
+from lnserve.app.runtime.engine import DEFAULT_BACKEND
+from lnserve.converters.errors import EncodeInputError, UserInputError
 
 
 def evaluate(
@@ -24,10 +24,10 @@ def evaluate(
     backend: BackendOpt = DEFAULT_BACKEND,
 ) -> None:
     """R@1/5/10, medr and meanr for caption->image and image->caption, per fold and averaged."""
-    from app.runtime.engine import Engine
-    from app.runtime.evaluation import CAPTIONS_PER_IMAGE as CPI
-    from app.runtime.evaluation import i2t, mean_stats, plan_folds, t2i
-    from app.runtime.retrieval import metric_for, score_info
+    from lnserve.app.runtime.engine import Engine
+    from lnserve.app.runtime.evaluation import CAPTIONS_PER_IMAGE as CPI
+    from lnserve.app.runtime.evaluation import i2t, mean_stats, plan_folds, t2i
+    from lnserve.app.runtime.retrieval import metric_for, score_info
 
     texts = read_lines(captions)
     feats = load_matrix(images, "image features")

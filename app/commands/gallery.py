@@ -9,9 +9,9 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from app.commands.common import BackendOpt, load_matrix, read_lines
-from app.runtime.engine import DEFAULT_BACKEND
-from converters.errors import EncodeInputError, UserInputError
+from lnserve.app.commands.common import BackendOpt, load_matrix, read_lines
+from lnserve.app.runtime.engine import DEFAULT_BACKEND
+from lnserve.converters.errors import EncodeInputError, UserInputError
 
 gallery_app = typer.Typer(help="Build, list and remove retrieval galleries.", no_args_is_help=True)
 
@@ -26,7 +26,7 @@ DirOpt = Annotated[
 
 
 def _store(root: Path | None):  # type: ignore[no-untyped-def]
-    from app.galleries.store import GalleryStore
+    from lnserve.app.galleries.store import GalleryStore
 
     return GalleryStore(root)
 
@@ -65,8 +65,8 @@ def build(
     backend: BackendOpt = DEFAULT_BACKEND,
 ) -> None:
     """Encode captions or image features with MODEL and store them as gallery NAME."""
-    from app.galleries.store import ModelRef
-    from app.runtime.engine import Engine
+    from lnserve.app.galleries.store import ModelRef
+    from lnserve.app.runtime.engine import Engine
 
     if (captions is None) == (images is None):
         raise UserInputError("give exactly one of --captions and --images")

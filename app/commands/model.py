@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from app.runtime.engine import DEFAULT_BACKEND
-from converters.onnx_export import DEFAULT_FORM
+from lnserve.app.runtime.engine import DEFAULT_BACKEND
+from lnserve.converters.onnx_export import DEFAULT_FORM
 
 
 def export(
@@ -20,8 +20,8 @@ def export(
     ] = DEFAULT_FORM,
 ) -> None:
     """Export the artifact's encoders to ONNX (written into the artifact, recorded in its manifest)."""
-    from converters.errors import UserInputError
-    from converters.onnx_export import export_onnx
+    from lnserve.converters.errors import UserInputError
+    from lnserve.converters.onnx_export import export_onnx
 
     if form not in ("scan", "loop", "native"):
         raise UserInputError(f"--form must be scan, loop or native, not {form!r}")
@@ -43,7 +43,7 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Describe a model and the execution provider(s) its sessions actually got."""
-    from app.runtime.engine import Engine
+    from lnserve.app.runtime.engine import Engine
 
     engine = Engine.open(model_dir, backend=backend, providers=provider, strict=strict, precision=precision)
     m = engine.artifact.manifest

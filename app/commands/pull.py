@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from converters.errors import UserInputError
+from lnserve.converters.errors import UserInputError
 
 
 def pull(
@@ -51,16 +51,16 @@ def pull(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing DIR/NAME.")] = False,
 ) -> None:
     """Download a published checkpoint set and convert it into a servable model artifact DIR/NAME."""
-    from app.pull.catalog import get_entry
+    from lnserve.app.pull.catalog import get_entry
 
     if list_:
         _print_catalog()
         return
     if name is None:
         raise UserInputError("give a NAME to pull (see `lnserve pull --list`)")
-    from app.pull.download import RetryPolicy
-    from app.pull.install import PullOptions
-    from app.pull.install import pull as run_pull
+    from lnserve.app.pull.download import RetryPolicy
+    from lnserve.app.pull.install import PullOptions
+    from lnserve.app.pull.install import pull as run_pull
 
     entry = get_entry(name)
     options = PullOptions(
@@ -114,7 +114,7 @@ def _print_catalog() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from app.pull.catalog import CATALOG
+    from lnserve.app.pull.catalog import CATALOG
 
     table = Table("name", "family", "cell", "files", "size", "description", box=None, pad_edge=False)
     for e in CATALOG.values():

@@ -29,9 +29,9 @@ def serve(
     ] = None,
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
-    from app.log_setup import configure_logging
-    from app.server import serve_app
-    from app.settings import Settings
+    from lnserve.app.log_setup import configure_logging
+    from lnserve.app.server import serve_app
+    from lnserve.app.settings import Settings
 
     overrides: dict[str, Any] = {
         k: v

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from app.commands.common import load_matrix, read_lines
-from converters.errors import UserInputError
+from lnserve.app.commands.common import load_matrix, read_lines
+from lnserve.converters.errors import UserInputError
 
 train_app = typer.Typer(help="Train or fine-tune encoders; generate the demo world.", no_args_is_help=True)
 
@@ -22,7 +22,7 @@ DEMO_DESCRIPTION = (
 
 
 def _pairs(captions: Path, images: Path) -> Any:
-    from app.training.trainer import PairData
+    from lnserve.app.training.trainer import PairData
 
     return PairData(read_lines(captions), load_matrix(images, "image features"))
 
@@ -35,8 +35,8 @@ def _load_data(
     dev_images: Path | None,
 ) -> tuple[Any, Any, str]:
     """(train, dev or None, data label) from --world or from the caption/feature files."""
-    from app.training.trainer import PairData
-    from app.training.world import DEMO_WORLD_SEED, SPLITS, World
+    from lnserve.app.training.trainer import PairData
+    from lnserve.app.training.world import DEMO_WORLD_SEED, SPLITS, World
 
     if world is not None:
         if captions or images or dev_captions or dev_images:
@@ -61,8 +61,8 @@ def _load_data(
 
 def _from_artifact(path: Path, cfg: Any, method: str | None) -> tuple[Any, dict[str, Any]]:
     """Recipe fields the artifact fixes (cell, dims, method, pRMS) and the Trainer's starting point."""
-    from app.runtime.torch_backend import build_module
-    from converters.artifact import read_artifact
+    from lnserve.app.runtime.torch_backend import build_module
+    from lnserve.converters.artifact import read_artifact
 
     art = read_artifact(path)
     if art.family != "order-embedding":
@@ -140,8 +140,8 @@ def train_order_embedding(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Train (or fine-tune with --from-artifact) an order-embedding model; write an artifact."""
-    from app.training.checkpoint import checkpoint_dir, load_checkpoint
-    from app.training.trainer import TrainConfig, Trainer, resolve_device, write_trained
+    from lnserve.app.training.checkpoint import checkpoint_dir, load_checkpoint
+    from lnserve.app.training.trainer import TrainConfig, Trainer, resolve_device, write_trained
 
     if out.exists() and any(out.iterdir()) and not force:
         raise UserInputError(f"{out}: output directory exists and is not empty (use --force to replace it)")
@@ -238,7 +238,7 @@ def world_cmd(
     seed: Annotated[int | None, typer.Option(help="World seed (default: the demo's).")] = None,
 ) -> None:
     """Write the synthetic demo world: {train,dev,test}_caps.txt, _ims.npy, _scenes.jsonl, world.json."""
-    from app.training.world import DEMO_WORLD_SEED, write_world
+    from lnserve.app.training.world import DEMO_WORLD_SEED, write_world
 
     info = write_world(out, seed=DEMO_WORLD_SEED if seed is None else seed)
     sizes = ", ".join(f"{k} {v}" for k, v in info["splits"].items())

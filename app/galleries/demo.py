@@ -10,8 +10,8 @@ import contextlib
 import logging
 from typing import Any
 
-from app.galleries.errors import GalleryNotFoundError
-from app.galleries.store import GalleryInfo, GalleryStore, ModelRef
+from lnserve.app.galleries.errors import GalleryNotFoundError
+from lnserve.app.galleries.store import GalleryInfo, GalleryStore, ModelRef
 
 log = logging.getLogger("lnserve.galleries")
 
@@ -28,9 +28,9 @@ def install_demo_gallery(store: GalleryStore, *, engine: Any = None) -> GalleryI
     Returns:
         The gallery's info. A gallery of that name made by a model other than the demo is left alone.
     """
-    from app.runtime.engine import DEFAULT_BACKEND, Engine, open_backend
-    from app.training.demo import DEMO_NAME, demo_gallery_data, ensure_demo_artifact
-    from converters.artifact import read_artifact
+    from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine, open_backend
+    from lnserve.app.training.demo import DEMO_NAME, demo_gallery_data, ensure_demo_artifact
+    from lnserve.converters.artifact import read_artifact
 
     artifact = engine.artifact if engine is not None else read_artifact(ensure_demo_artifact())
     ref = ModelRef.from_artifact(artifact)

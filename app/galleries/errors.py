@@ -14,7 +14,7 @@ LnserveError
 
 from __future__ import annotations
 
-from converters.errors import LnserveError, UserInputError
+from lnserve.converters.errors import LnserveError, UserInputError
 
 
 class GalleryError(UserInputError):

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from app.galleries.errors import (
+from lnserve.app.galleries.errors import (
     DuplicateItemError,
     GalleryCorruptError,
     GalleryExistsError,
@@ -44,9 +44,9 @@ from app.galleries.errors import (
     GalleryNotFoundError,
     ItemNotFoundError,
 )
-from app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
-from converters.artifact import MANIFEST
-from converters.hashing import sha256_file
+from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
+from lnserve.converters.artifact import MANIFEST
+from lnserve.converters.hashing import sha256_file
 
 KINDS = ("images", "captions")
 MAX_K = 1000

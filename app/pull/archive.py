@@ -12,7 +12,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from app.pull.errors import UnsafeArchiveError
+from lnserve.app.pull.errors import UnsafeArchiveError
 
 _CHUNK = 1 << 20
 

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import httpx
 
-from app.pull.errors import (
+from lnserve.app.pull.errors import (
     ChecksumMismatchError,
     OfflineError,
     PullError,
     RemoteNotFoundError,
     TruncatedDownloadError,
 )
-from converters.hashing import sha256_file
+from lnserve.converters.hashing import sha256_file
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total bytes or None)
 

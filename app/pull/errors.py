@@ -13,7 +13,7 @@ PullError                      (download_failed)    a download could not be comp
 
 from __future__ import annotations
 
-from converters.errors import UserInputError
+from lnserve.converters.errors import UserInputError
 
 
 class PullError(UserInputError):

@@ -19,14 +19,14 @@ from typing import Any
 
 import httpx
 
-from app.pull.archive import extract_members
-from app.pull.catalog import CatalogEntry, RemoteFile, source_url
-from app.pull.download import Downloaded, Progress, RetryPolicy, download
-from app.pull.errors import ChecksumMismatchError, MissingFilesError, PullError
-from converters.artifact import MANIFEST, read_artifact, staging_dir, write_json
-from converters.errors import ArtifactError
-from converters.hashing import sha256_file
-from converters.onnx_export import export_onnx
+from lnserve.app.pull.archive import extract_members
+from lnserve.app.pull.catalog import CatalogEntry, RemoteFile, source_url
+from lnserve.app.pull.download import Downloaded, Progress, RetryPolicy, download
+from lnserve.app.pull.errors import ChecksumMismatchError, MissingFilesError, PullError
+from lnserve.converters.artifact import MANIFEST, read_artifact, staging_dir, write_json
+from lnserve.converters.errors import ArtifactError
+from lnserve.converters.hashing import sha256_file
+from lnserve.converters.onnx_export import export_onnx
 
 log = logging.getLogger("lnserve.pull")
 
@@ -63,7 +63,7 @@ def pull(
 
     Raises:
         ArtifactError: ``root/NAME`` exists and ``overwrite`` is false (checked before any download).
-        PullError: a download or archive failed (see ``app.pull.errors``).
+        PullError: a download or archive failed (see ``lnserve.app.pull.errors``).
     """
     out = root / entry.name
     if out.exists() and not overwrite and any(out.iterdir()):
@@ -213,12 +213,12 @@ def _local_record(path: Path, expected: str | None, *, member: str | None = None
 
 def _convert(entry: CatalogEntry, work: Path, out: Path, cell: str | None) -> dict[str, Any]:
     if entry.converter == "order-embedding":
-        from converters.order_embedding import read_order_embedding, write_order_embedding
+        from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 
         model = read_order_embedding(work / entry.args["prefix"], cell=cell)
         return write_order_embedding(model, out, name=entry.name, overwrite=True)
     if entry.converter == "skip-thoughts":
-        from converters.skip_thoughts import convert_skip_thoughts
+        from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
         uni, bi = entry.args.get("uni"), entry.args.get("bi")
         return convert_skip_thoughts(

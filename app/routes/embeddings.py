@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from app.body_parsing import OffloadedBodyRoute
-from app.deps import RegistryDep, cancel_on_disconnect
-from app.schemas import (
+from lnserve.app.body_parsing import OffloadedBodyRoute
+from lnserve.app.deps import RegistryDep, cancel_on_disconnect
+from lnserve.app.schemas import (
     EmbeddingsRequest,
     EmbeddingsResponse,
     OpenAIModelList,
     VectorJSONResponse,
     encode_vectors,
 )
-from converters.errors import EncodeInputError
+from lnserve.converters.errors import EncodeInputError
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from app.body_parsing import OffloadedBodyRoute
-from app.deps import RegistryDep, cancel_on_disconnect
-from app.schemas import (
+from lnserve.app.body_parsing import OffloadedBodyRoute
+from lnserve.app.deps import RegistryDep, cancel_on_disconnect
+from lnserve.app.schemas import (
     EncodeImagesRequest,
     EncodeImagesResponse,
     EncodeRequest,

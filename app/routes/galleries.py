@@ -2,7 +2,7 @@
 with the gallery's model), delete items, list and describe galleries.
 
 An add is acknowledged (200 with the ids) only after the store has committed it durably; a crash before
-that leaves no trace of the batch (``app.galleries.store``).
+that leaves no trace of the batch (``lnserve.app.galleries.store``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,20 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from app.body_parsing import OffloadedBodyRoute
-from app.deps import GalleriesDep, RegistryDep, SettingsDep
-from app.errors import TooManySentencesError
-from app.galleries.errors import GalleryMismatchError
-from app.gallery_ops import encode_inputs, model_for, warm_scorer
-from app.schemas import ErrorBody
-from app.schemas_retrieval import GalleryCreate, GalleryList, GalleryOut, ItemOut, ItemsAdd, ItemsAdded
+from lnserve.app.body_parsing import OffloadedBodyRoute
+from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
+from lnserve.app.errors import TooManySentencesError
+from lnserve.app.galleries.errors import GalleryMismatchError
+from lnserve.app.gallery_ops import encode_inputs, model_for, warm_scorer
+from lnserve.app.schemas import ErrorBody
+from lnserve.app.schemas_retrieval import (
+    GalleryCreate,
+    GalleryList,
+    GalleryOut,
+    ItemOut,
+    ItemsAdd,
+    ItemsAdded,
+)
 
 router = APIRouter(prefix="/galleries", tags=["galleries"], route_class=OffloadedBodyRoute)
 _CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorBody, "description": "Name or id taken."}}

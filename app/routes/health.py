@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from app.deps import RegistryDep
-from app.schemas import Health, Readiness
+from lnserve.app.deps import RegistryDep
+from lnserve.app.schemas import Health, Readiness
 
 PUBLIC = True  # no API key: orchestrators probe these
 router = APIRouter(tags=["health"])

@@ -7,8 +7,8 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from app.deps import GalleriesDep, RegistryDep, SettingsDep
-from app.schemas import Info, ModelList
+from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
+from lnserve.app.schemas import Info, ModelList
 
 router = APIRouter(tags=["models"])
 

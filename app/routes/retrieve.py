@@ -15,14 +15,21 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from app.body_parsing import OffloadedBodyRoute
-from app.deps import GalleriesDep, RegistryDep, SettingsDep
-from app.errors import TooManySentencesError
-from app.galleries.errors import GalleryMismatchError
-from app.galleries.store import GalleryInfo, GalleryStore, ModelRef
-from app.gallery_ops import encode_inputs, model_for
-from app.registry import ModelEntry
-from app.schemas_retrieval import IdQuery, ImageQuery, Query, RetrieveRequest, RetrieveResponse, TextQuery
+from lnserve.app.body_parsing import OffloadedBodyRoute
+from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
+from lnserve.app.errors import TooManySentencesError
+from lnserve.app.galleries.errors import GalleryMismatchError
+from lnserve.app.galleries.store import GalleryInfo, GalleryStore, ModelRef
+from lnserve.app.gallery_ops import encode_inputs, model_for
+from lnserve.app.registry import ModelEntry
+from lnserve.app.schemas_retrieval import (
+    IdQuery,
+    ImageQuery,
+    Query,
+    RetrieveRequest,
+    RetrieveResponse,
+    TextQuery,
+)
 
 router = APIRouter(tags=["retrieval"], route_class=OffloadedBodyRoute)
 

@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.runtime.bucketing import length_batches, pad_ids, reverse_padded
-from app.runtime.scoring import error_matrix
-from app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for
-from converters.artifact import Artifact, read_artifact
-from converters.errors import EncodeInputError, ProviderUnavailableError
+from lnserve.app.runtime.bucketing import length_batches, pad_ids, reverse_padded
+from lnserve.app.runtime.scoring import error_matrix
+from lnserve.app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for
+from lnserve.converters.artifact import Artifact, read_artifact
+from lnserve.converters.errors import EncodeInputError, ProviderUnavailableError
 
 log = logging.getLogger("lnserve.runtime")
 
@@ -95,11 +95,11 @@ def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
         log.warning("%s: %s; falling back to the torch backend", artifact.name, reason)
         backend = "torch"
     if backend == "torch":
-        from app.runtime.torch_backend import TorchBackend
+        from lnserve.app.runtime.torch_backend import TorchBackend
 
         return TorchBackend(artifact, threads=options.get("threads"))
     if backend == "onnx":
-        from app.runtime.onnx_backend import OnnxBackend
+        from lnserve.app.runtime.onnx_backend import OnnxBackend
 
         return OnnxBackend(artifact, **options)
     raise EncodeInputError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")

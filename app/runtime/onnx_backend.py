@@ -15,9 +15,15 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from converters.artifact import Artifact
-from converters.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
-from converters.onnx_export import DEFAULT_FORM, EXPORT_FORMAT, PRECISIONS, build_fp16_graphs, build_graphs
+from lnserve.converters.artifact import Artifact
+from lnserve.converters.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
+from lnserve.converters.onnx_export import (
+    DEFAULT_FORM,
+    EXPORT_FORMAT,
+    PRECISIONS,
+    build_fp16_graphs,
+    build_graphs,
+)
 
 log = logging.getLogger("lnserve.runtime")
 

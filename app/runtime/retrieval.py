@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from app.runtime.scoring import negative_cosine
+from lnserve.app.runtime.scoring import negative_cosine
 
 log = logging.getLogger("lnserve.retrieval")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from converters.errors import EncodeInputError
-from models.tokenize import get_tokenizer, whitespace_tokens
+from lnserve.converters.errors import EncodeInputError
+from lnserve.models.tokenize import get_tokenizer, whitespace_tokens
 
 EOS_ID, UNK_ID = 0, 1
 

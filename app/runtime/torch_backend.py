@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from converters.artifact import Artifact
-from converters.errors import ManifestMismatchError
-from models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
+from lnserve.converters.artifact import Artifact
+from lnserve.converters.errors import ManifestMismatchError
+from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
 
 
 def build_module(artifact: Artifact) -> torch.nn.Module:

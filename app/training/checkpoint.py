@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from converters.errors import UserInputError
+from lnserve.converters.errors import UserInputError
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1

@@ -2,7 +2,7 @@
 package data in ``app/demo_model/`` together with a gallery of held-out world images.
 
 ``make demo-model`` rebuilds it: ``lnserve train world`` -> ``lnserve train order-embedding --world`` ->
-``lnserve eval`` on the held-out split -> ``python -m app.training.demo ship`` (this module) copies the
+``lnserve eval`` on the held-out split -> ``python -m lnserve.app.training.demo ship`` (this module) copies the
 artifact, the gallery data and the evaluation into ``app/demo_model/``.
 
 Importing this module is cheap (no torch): the service calls ``ensure_demo_artifact`` at startup.
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from converters.artifact import MANIFEST, read_artifact
-from converters.errors import ArtifactError
+from lnserve.converters.artifact import MANIFEST, read_artifact
+from lnserve.converters.errors import ArtifactError
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_model"
 DEMO_NAME = "demo-lngru"

@@ -24,16 +24,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.runtime import scoring
-from app.runtime.evaluation import rank_stats, t2i_ranks
-from app.runtime.text import OrderVocabulary
-from app.training.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
-from converters.errors import EncodeInputError, UserInputError
-from models.cell_types import GRU_CELLS
-from models.encoders import OrderEmbedding, OrderEmbeddingConfig
-from models.init import RECURRENT_INITS, init_order_embedding
-from models.losses import DEFAULT_MARGINS, METHODS, clip_each_gradient, contrastive_loss
-from models.tokenize import coco_tokens
+from lnserve.app.runtime import scoring
+from lnserve.app.runtime.evaluation import rank_stats, t2i_ranks
+from lnserve.app.runtime.text import OrderVocabulary
+from lnserve.app.training.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
+from lnserve.converters.errors import EncodeInputError, UserInputError
+from lnserve.models.cell_types import GRU_CELLS
+from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig
+from lnserve.models.init import RECURRENT_INITS, init_order_embedding
+from lnserve.models.losses import DEFAULT_MARGINS, METHODS, clip_each_gradient, contrastive_loss
+from lnserve.models.tokenize import coco_tokens
 
 FIRST_WORD = 2  # after <eos> (0) and UNK (1)
 VALID_IMAGES = 1000  # the original validated on dev fold 0: 1,000 images
@@ -399,7 +399,7 @@ def write_trained(
 ) -> dict[str, Any]:
     """Write the best parameters as an artifact (the converters' format) and optionally as the legacy
     ``PREFIX.npz`` + ``PREFIX.pkl``; returns the manifest."""
-    from converters.order_embedding import (
+    from lnserve.converters.order_embedding import (
         ConvertedOrderEmbedding,
         write_legacy_order_embedding,
         write_order_embedding,

@@ -147,7 +147,7 @@ def write_world(
             for sc in split.scenes:
                 f.write(json.dumps(scene_payload(sc)) + "\n")
     info = {
-        "generator": "app.training.world",
+        "generator": "lnserve.app.training.world",
         "seed": seed,
         "splits": sizes,
         "dim_image": DIM_IMAGE,

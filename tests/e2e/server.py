@@ -57,7 +57,15 @@ def start_server(
     }
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from app.cli import main; main()", "serve", "--port", str(port), *args],
+            [
+                sys.executable,
+                "-c",
+                "from lnserve.app.cli import main; main()",
+                "serve",
+                "--port",
+                str(port),
+                *args,
+            ],
             cwd=ROOT,
             env=full_env,
             stdout=log,

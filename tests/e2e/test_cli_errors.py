@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.order_embedding import read_order_embedding, write_order_embedding
+from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import run_cli
 from tests.support.broken import (
     OE_DIR,

@@ -69,7 +69,7 @@ def test_compose_healthcheck_probes_ready(service: dict[str, Any]) -> None:
 
 
 def test_compose_environment_names_are_settings(service: dict[str, Any]) -> None:
-    from app.settings import Settings
+    from lnserve.app.settings import Settings
 
     for name in service["environment"]:
         assert name.startswith("LNSERVE_") and name[len("LNSERVE_") :].lower() in Settings.model_fields

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.training.demo import ensure_demo_artifact
+from lnserve.app.training.demo import ensure_demo_artifact
 from tests.e2e.rawhttp import RawConnection, RawResponse
 from tests.e2e.server import ROOT, LiveServer, free_port, start_server
 from tests.support.crafted_models import unbuildable_model
@@ -30,7 +30,7 @@ JSON = {"Content-Type": "application/json"}
 def _serve(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``lnserve serve`` expected to stop by itself; a server that keeps running fails the test."""
     env = {**os.environ, "LNSERVE_GALLERIES_DIR": str(tmp / "galleries"), "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-c", "from app.cli import main; main()", "serve", *args]
+    cmd = [sys.executable, "-c", "from lnserve.app.cli import main; main()", "serve", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runtime.engine import Engine
+from lnserve.app.runtime.engine import Engine
 from tests.conftest import LEGACY, OE_MODELS, ST_VARIANTS, golden, inputs
 
 TOL = 1e-5
@@ -57,7 +57,7 @@ def test_order_embedding_token_ids(name: str, artifacts: dict[str, Path]) -> Non
 
 @pytest.mark.parametrize("name", OE_MODELS)
 def test_both_scoring_methods(name: str) -> None:
-    from app.runtime.scoring import error_matrix
+    from lnserve.app.runtime.scoring import error_matrix
 
     gold = golden(name)
     _assert_close(error_matrix(gold["sent_emb"], gold["img_emb"], "order"), gold["errs_order"], "errs_order")

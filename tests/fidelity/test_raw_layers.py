@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from converters.param_map import cell_state_dict, check_params, expected_cell_shapes
-from models.cells import CELL_TYPES
-from models.recurrence import Recurrence
+from lnserve.converters.param_map import cell_state_dict, check_params, expected_cell_shapes
+from lnserve.models.cells import CELL_TYPES
+from lnserve.models.recurrence import Recurrence
 from tests.conftest import LEGACY, golden
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.runtime.engine import Engine
-from app.runtime.text import OrderVocabulary
+from lnserve.app.runtime.engine import Engine
+from lnserve.app.runtime.text import OrderVocabulary
 
 TOL = 1e-6
 SETTINGS = settings(

@@ -26,12 +26,15 @@ def _offenders(loaded: set[str], forbidden: tuple[str, ...]) -> list[str]:
     ("module", "forbidden"),
     [
         ("models", ("converters", "app")),
-        ("models.encoders", ("converters", "app")),
-        ("converters.artifact", ("app", "fastapi")),
+        ("lnserve.models.encoders", ("converters", "app")),
+        ("lnserve.converters.artifact", ("app", "fastapi")),
         # the converters need only the cell names: no torch, so converting a 2 GB table stays lean
-        ("converters.skip_thoughts", ("app", "fastapi", "torch")),
-        ("converters.order_embedding", ("app", "fastapi", "torch")),
-        ("app.runtime.engine", ("fastapi", "converters.safe_pickle", "converters.legacy_files")),
+        ("lnserve.converters.skip_thoughts", ("app", "fastapi", "torch")),
+        ("lnserve.converters.order_embedding", ("app", "fastapi", "torch")),
+        (
+            "lnserve.app.runtime.engine",
+            ("fastapi", "lnserve.converters.safe_pickle", "lnserve.converters.legacy_files"),
+        ),
     ],
 )
 def test_import_direction(module: str, forbidden: tuple[str, ...]) -> None:

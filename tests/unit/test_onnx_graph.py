@@ -15,7 +15,7 @@ import pytest
 ort = pytest.importorskip("onnxruntime")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph  # noqa: E402
+from lnserve.converters.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph  # noqa: E402
 
 CELLS = ("gru", "lngru", "rlngru", "lstm", "lnlstm", "rlnlstm")
 N_IN, D = 12, 16
@@ -45,8 +45,14 @@ def _theano(cell: str, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     p = {k: v.astype(np.float64) for k, v in w.items()}
     d = D
     if cell.endswith("gru"):
-        out = {"W": p["weight_ih"][: 2 * d].T, "Wx": p["weight_ih"][2 * d :].T, "b": p["bias_ih"][: 2 * d],
-               "bx": p["bias_ih"][2 * d :], "U": p["weight_hh"][: 2 * d].T, "Ux": p["weight_hh"][2 * d :].T}
+        out = {
+            "W": p["weight_ih"][: 2 * d].T,
+            "Wx": p["weight_ih"][2 * d :].T,
+            "b": p["bias_ih"][: 2 * d],
+            "bx": p["bias_ih"][2 * d :],
+            "U": p["weight_hh"][: 2 * d].T,
+            "Ux": p["weight_hh"][2 * d :].T,
+        }
         names = ("norm_ih_ru", "norm_ih_c", "norm_hh_ru", "norm_hh_c")
     else:
         out = {"W": p["weight_ih"].T, "U": p["weight_hh"].T, "b": p["bias"]}
@@ -125,7 +131,7 @@ def make_weights(cell: str, seed: int = 0) -> dict[str, np.ndarray]:
 def make_batch(seed: int = 1, t_len: int = 7) -> tuple[np.ndarray, np.ndarray]:
     """Right-padded mixed-length batch; padded rows are zeros (finite, spec §10 item 15)."""
     rng = np.random.default_rng(seed)
-    lengths = np.array([7, 1, 4, 7, 2, 5], np.int64)[: 6]
+    lengths = np.array([7, 1, 4, 7, 2, 5], np.int64)[:6]
     x = rng.normal(0, 1, (t_len, len(lengths), N_IN)).astype(np.float32)
     x[np.arange(t_len)[:, None] >= lengths[None, :]] = 0.0
     return x, lengths

@@ -8,11 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.main import create_app
-from app.registry import resolve_model_dirs
-from app.routes import ROUTER_MODULES
-from app.settings import Settings
-from converters.errors import ArtifactError, UserInputError
+from lnserve.app.main import create_app
+from lnserve.app.registry import resolve_model_dirs
+from lnserve.app.routes import ROUTER_MODULES
+from lnserve.app.settings import Settings
+from lnserve.converters.errors import ArtifactError, UserInputError
 
 
 def test_ready_turns_true_after_load_and_warm_up(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.batcher import BatchLimits, MicroBatcher, QueueFullError, ShuttingDownError
+from lnserve.app.batcher import BatchLimits, MicroBatcher, QueueFullError, ShuttingDownError
 
 
 class Recorder:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from app.batcher import BatchLimits, MicroBatcher
+from lnserve.app.batcher import BatchLimits, MicroBatcher
 
 T = TypeVar("T")
 DEADLINE_S = 10.0  # far beyond any batch here: reaching it means a future was never resolved

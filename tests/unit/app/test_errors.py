@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-import app.batcher
-import app.errors
-import app.galleries.errors  # loaded so the gallery errors are checked against the tree too
-import app.pull.errors  # loaded so its error classes are checked too
-from app.errors import ERROR_TABLE, error_response
-from converters.errors import LnserveError
+import lnserve.app.batcher
+import lnserve.app.errors
+import lnserve.app.galleries.errors  # loaded so the gallery errors are checked against the tree too
+import lnserve.app.pull.errors  # loaded so its error classes are checked too
+from lnserve.app.errors import ERROR_TABLE, error_response
+from lnserve.converters.errors import LnserveError
 
 
 def _subclasses(cls: type) -> set[type]:
@@ -22,23 +22,27 @@ def _subclasses(cls: type) -> set[type]:
 
 def test_every_error_class_has_code_and_status() -> None:
     classes = _subclasses(LnserveError)
-    assert {app.errors.ModelNotFoundError, app.errors.NotReadyError, app.batcher.QueueFullError} <= classes
-    assert app.galleries.errors.GalleryNotFoundError in classes
+    assert {
+        lnserve.app.errors.ModelNotFoundError,
+        lnserve.app.errors.NotReadyError,
+        lnserve.app.batcher.QueueFullError,
+    } <= classes
+    assert lnserve.app.galleries.errors.GalleryNotFoundError in classes
     for cls in classes:
         assert cls.code and cls.code == cls.code.lower() and " " not in cls.code, cls
         assert 400 <= cls.http_status < 600, cls
-        doc = (sys.modules[cls.__module__].__doc__ or "") + (app.errors.__doc__ or "")
+        doc = (sys.modules[cls.__module__].__doc__ or "") + (lnserve.app.errors.__doc__ or "")
         assert cls.code in doc, f"{cls.__name__} missing from the error tree in {cls.__module__}'s docstring"
 
 
 def test_statuses_of_the_service_errors() -> None:
-    assert app.errors.ModelNotFoundError.http_status == 404
-    assert app.errors.RequestTooLargeError.http_status == 413
-    assert app.errors.SentenceTooLongError.http_status == 422
-    assert app.errors.TooManySentencesError.http_status == 422
-    assert app.errors.UnauthorizedError.http_status == 401
-    assert app.batcher.QueueFullError.http_status == 429
-    assert app.errors.NotReadyError.http_status == 503
+    assert lnserve.app.errors.ModelNotFoundError.http_status == 404
+    assert lnserve.app.errors.RequestTooLargeError.http_status == 413
+    assert lnserve.app.errors.SentenceTooLongError.http_status == 422
+    assert lnserve.app.errors.TooManySentencesError.http_status == 422
+    assert lnserve.app.errors.UnauthorizedError.http_status == 401
+    assert lnserve.app.batcher.QueueFullError.http_status == 429
+    assert lnserve.app.errors.NotReadyError.http_status == 503
     assert all(status >= 400 and code for status, code in ERROR_TABLE.values())
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.pull.archive import extract_members
-from app.pull.catalog import CATALOG, get_entry, source_url
-from app.pull.errors import UnknownCatalogEntryError, UnsafeArchiveError
+from lnserve.app.pull.archive import extract_members
+from lnserve.app.pull.catalog import CATALOG, get_entry, source_url
+from lnserve.app.pull.errors import UnknownCatalogEntryError, UnsafeArchiveError
 
 
 @pytest.mark.parametrize("name", list(CATALOG))

@@ -1,4 +1,4 @@
-"""``app.server``: the socket ``lnserve serve`` listens on."""
+"""``lnserve.app.server``: the socket ``lnserve serve`` listens on."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from app.server import AddressInUseError, BindError, bind_socket
+from lnserve.app.server import AddressInUseError, BindError, bind_socket
 
 
 def test_accepted_connections_have_nodelay_so_responses_are_not_held_back() -> None:

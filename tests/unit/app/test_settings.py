@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.runtime.engine import DEFAULT_BACKEND
-from app.settings import Settings
+from lnserve.app.runtime.engine import DEFAULT_BACKEND
+from lnserve.app.settings import Settings
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from converters.artifact import FORMAT_VERSION, read_artifact
-from converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
-from converters.order_embedding import read_order_embedding, write_order_embedding
-from converters.skip_thoughts import convert_skip_thoughts
+from lnserve.converters.artifact import FORMAT_VERSION, read_artifact
+from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
+from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
+from lnserve.converters.skip_thoughts import convert_skip_thoughts
 from tests.conftest import LEGACY
 from tests.support.broken import OE_DIR
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.errors import (
+from lnserve.converters.errors import (
     MissingParameterError,
     ShapeMismatchError,
     TableMismatchError,
     UnknownCellTypeError,
 )
-from converters.order_embedding import read_order_embedding
-from converters.skip_thoughts import convert_skip_thoughts
+from lnserve.converters.order_embedding import read_order_embedding
+from lnserve.converters.skip_thoughts import convert_skip_thoughts
 from tests.support.broken import copy_oe, copy_st, rewrite_npz
 
 

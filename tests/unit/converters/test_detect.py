@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from converters.detect import detect_cell
-from converters.errors import MissingParameterError, UnknownCellTypeError
-from converters.order_embedding import read_order_embedding
+from lnserve.converters.detect import detect_cell
+from lnserve.converters.errors import MissingParameterError, UnknownCellTypeError
+from lnserve.converters.order_embedding import read_order_embedding
 from tests.support.broken import OE_DIR
 
 BASE = {"encoder_W", "encoder_U", "encoder_b", "encoder_Wx", "encoder_Ux", "encoder_bx", "Wemb"}

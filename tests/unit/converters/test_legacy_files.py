@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters.errors import CorruptFileError, TableMismatchError
-from converters.legacy_files import convert_table, read_dictionary, read_npz
+from lnserve.converters.errors import CorruptFileError, TableMismatchError
+from lnserve.converters.legacy_files import convert_table, read_dictionary, read_npz
 from tests.conftest import LEGACY, ST_VARIANTS
 from tests.support.broken import OE_DIR, npy_bytes, truncated
 from tests.support.legacy_format import write_legacy_table, write_legacy_table_stream

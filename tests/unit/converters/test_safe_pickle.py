@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from converters.errors import CorruptFileError, UnsafePickleError
-from converters.legacy_files import convert_table, read_legacy_pickle
-from converters.order_embedding import read_order_embedding
-from converters.safe_pickle import RestrictedUnpickler, safe_loads
+from lnserve.converters.errors import CorruptFileError, UnsafePickleError
+from lnserve.converters.legacy_files import convert_table, read_legacy_pickle
+from lnserve.converters.order_embedding import read_order_embedding
+from lnserve.converters.safe_pickle import RestrictedUnpickler, safe_loads
 from tests.support.broken import OE_DIR, copy_oe, hostile_pickle, hostile_table
 
 VIAS = ("os", "subprocess", "eval")

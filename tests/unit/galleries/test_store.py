@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.galleries.errors import (
+from lnserve.app.galleries.errors import (
     DuplicateItemError,
     GalleryExistsError,
     GalleryInputError,
@@ -21,8 +21,8 @@ from app.galleries.errors import (
     GalleryNotFoundError,
     ItemNotFoundError,
 )
-from app.galleries.store import MAX_K, GalleryStore, ModelRef
-from app.runtime.engine import Engine
+from lnserve.app.galleries.store import MAX_K, GalleryStore, ModelRef
+from lnserve.app.runtime.engine import Engine
 from tests.conftest import LEGACY, OE_MODELS, golden, inputs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -123,7 +123,7 @@ def test_persistence_across_reopen_and_deletes(tmp_path: Path) -> None:
 _WRITER = textwrap.dedent(
     """
     import sys, numpy as np
-    from app.galleries.store import GalleryStore
+    from lnserve.app.galleries.store import GalleryStore
     store = GalleryStore(sys.argv[1], scorer="numpy")
     for b in range(10**6):
         vecs = np.random.default_rng(b).random((50, 8), dtype=np.float32)

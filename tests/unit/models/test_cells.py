@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.cells import CELL_TYPES
-from models.recurrence import Recurrence
+from lnserve.models.cells import CELL_TYPES
+from lnserve.models.recurrence import Recurrence
 
 N_IN, D = 5, 7
 LENGTHS = (6, 1, 4, 3, 6, 2)

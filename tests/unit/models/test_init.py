@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.cells import make_cell
-from models.init import init_recurrent_cell, recurrent_block, shift
+from lnserve.models.cells import make_cell
+from lnserve.models.init import init_recurrent_cell, recurrent_block, shift
 
 D = 6
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.losses import clip_each_gradient, contrastive_loss, error_matrix
-from models.norms import l2normalize
+from lnserve.models.losses import clip_each_gradient, contrastive_loss, error_matrix
+from lnserve.models.norms import l2normalize
 
 
 def _direct(s: torch.Tensor, v: torch.Tensor, method: str, m: float) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.norms import EPS, LegacyRMSNorm, make_norm, partial_size
-from models.recurrence import Recurrence
+from lnserve.models.norms import EPS, LegacyRMSNorm, make_norm, partial_size
+from lnserve.models.recurrence import Recurrence
 
 
 def test_p1_equals_rmsnorm_bit_for_bit() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.runtime.evaluation import i2t, i2t_ranks, plan_folds, t2i, t2i_ranks
+from lnserve.app.runtime.evaluation import i2t, i2t_ranks, plan_folds, t2i, t2i_ranks
 from tests.conftest import OE_MODELS, golden
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runtime.engine import Engine
-from converters.errors import ManifestMismatchError, OnnxModelError, ProviderUnavailableError
-from converters.hashing import sha256_file
-from converters.onnx_export import export_onnx
+from lnserve.app.runtime.engine import Engine
+from lnserve.converters.errors import ManifestMismatchError, OnnxModelError, ProviderUnavailableError
+from lnserve.converters.hashing import sha256_file
+from lnserve.converters.onnx_export import export_onnx
 from tests.conftest import OE_MODELS, ST_VARIANTS, inputs, run_cli
 
 
@@ -54,7 +54,7 @@ def test_onnx_matches_torch_on_padded_mixed_batches(name: str, artifacts: dict[s
 
 
 def test_strict_mode_without_cuda_is_a_clear_error(exported: Path) -> None:
-    from app.runtime.onnx_backend import cuda_device_present
+    from lnserve.app.runtime.onnx_backend import cuda_device_present
 
     if cuda_device_present():
         pytest.skip("a GPU is visible here")
@@ -100,7 +100,7 @@ def test_export_from_a_newer_version_is_refused(exported: Path) -> None:
 
 @pytest.mark.gpu
 def test_cuda_provider_parity(exported: Path) -> None:
-    from app.runtime.onnx_backend import cuda_device_present
+    from lnserve.app.runtime.onnx_backend import cuda_device_present
 
     if not cuda_device_present():
         pytest.skip("no CUDA device")
@@ -117,8 +117,8 @@ def test_cuda_provider_parity(exported: Path) -> None:
 @pytest.mark.parametrize("name", ("oe_order_lngru", "oe_order_rlngru", "skipthoughts_gru"))
 def test_fp16_profile_keeps_norm_statistics_in_fp32(name: str, artifacts: dict[str, Path]) -> None:
     """fp16 is a separate profile (for GPUs): float32 I/O, norms with float32 statistics, small drift."""
-    from converters.artifact import read_artifact
-    from converters.onnx_export import build_fp16_graphs
+    from lnserve.converters.artifact import read_artifact
+    from lnserve.converters.onnx_export import build_fp16_graphs
 
     for model in build_fp16_graphs(read_artifact(artifacts[name])).values():
         assert model.graph.input[0].type.tensor_type.elem_type == 1  # float32 in

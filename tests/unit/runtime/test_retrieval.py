@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from app.runtime.retrieval import CompiledKernel, NumpyKernel, score_info, top_k
-from app.runtime.scoring import error_matrix
+from lnserve.app.runtime.retrieval import CompiledKernel, NumpyKernel, score_info, top_k
+from lnserve.app.runtime.scoring import error_matrix
 from tests.conftest import OE_MODELS, golden
 
 NUMPY = NumpyKernel()

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.galleries.demo import DEMO_GALLERY, install_demo_gallery
-from app.galleries.store import GalleryStore, ModelRef
-from app.runtime.engine import Engine
-from app.training.demo import DEMO_DIR, DEMO_NAME, EVAL_JSON, ensure_demo_artifact
-from app.training.world import World, write_world
+from lnserve.app.galleries.demo import DEMO_GALLERY, install_demo_gallery
+from lnserve.app.galleries.store import GalleryStore, ModelRef
+from lnserve.app.runtime.engine import Engine
+from lnserve.app.training.demo import DEMO_DIR, DEMO_NAME, EVAL_JSON, ensure_demo_artifact
+from lnserve.app.training.world import World, write_world
 
 
 @pytest.fixture(scope="module")

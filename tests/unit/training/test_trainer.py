@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from app.runtime.engine import Engine
-from app.training.trainer import PairData, TrainConfig, Trainer, build_vocab
-from app.training.world import World
-from converters.errors import ProviderUnavailableError
+from lnserve.app.runtime.engine import Engine
+from lnserve.app.training.trainer import PairData, TrainConfig, Trainer, build_vocab
+from lnserve.app.training.world import World
+from lnserve.converters.errors import ProviderUnavailableError
 from tests.conftest import run_cli
 
 TINY = TrainConfig(cell="lngru", dim=16, dim_word=8, batch_size=32, epochs=2, valid_freq=4, seed=3)
@@ -55,7 +55,7 @@ def test_resume_equals_an_uninterrupted_run(world: tuple[PairData, PairData], tm
     first = Trainer(TINY, world[0], world[1], device=torch.device("cpu"))
     stopped = first.run(checkpoints=tmp_path / "cut", max_steps=5)  # mid-epoch, between validations
     assert not stopped.finished and stopped.step == 5
-    from app.training.checkpoint import load_checkpoint
+    from lnserve.app.training.checkpoint import load_checkpoint
 
     second = Trainer(TINY, world[0], world[1], device=torch.device("cpu"))
     second.restore(load_checkpoint(tmp_path / "cut"))
@@ -127,7 +127,7 @@ def test_fine_tune_a_converted_artifact(artifacts: dict[str, Path], tmp_path: Pa
 def test_partial_rms_artifact_runs_on_torch_and_refuses_strict_onnx(
     world: tuple[PairData, PairData], tmp_path: Path
 ) -> None:
-    from app.training.trainer import write_trained
+    from lnserve.app.training.trainer import write_trained
 
     cfg = replace(TINY, cell="rlngru", partial_rms=0.5, epochs=1)
     trainer = Trainer(cfg, world[0], world[1], device=torch.device("cpu"))
