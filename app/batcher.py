@@ -11,7 +11,13 @@ Bounded memory: a job is refused with ``QueueFullError`` (HTTP 429) when the row
 own would exceed ``max_queue`` (a lone job is always admitted, whatever its size). A caller that goes
 away (client disconnect) has its job removed from the queue at once, so it never takes a batch slot.
 
-The batcher knows nothing about models: ``start`` gives it ``run_batch(key, payloads) -> results``.
+No caller ever hangs: every job of a batch is resolved in a ``finally`` (a batch function that returns the
+wrong number of results fails its group with ``BatchError``), and if the collector task itself dies, the
+queued jobs fail and new ones are refused with ``ModelUnavailableError`` (HTTP 503); ``on_failure`` tells
+the owner (the registry marks the model failed, so ``/ready`` and ``/health`` say so).
+
+The batcher knows nothing about models: ``start`` gives it ``run_batch(key, payloads) -> results``, one
+result per payload; a result that is an exception fails only its own job.
 """
 
 from __future__ import annotations
@@ -49,6 +55,17 @@ class ShuttingDownError(LnserveError):
     http_status = 503
 
 
+class ModelUnavailableError(LnserveError):
+    """The model's batcher has stopped after an internal failure: it takes no work until a restart."""
+
+    code = "model_unavailable"
+    http_status = 503
+
+
+class BatchError(LnserveError):
+    """A batch could not be completed (a failing model or a bug); the job has no result (HTTP 500)."""
+
+
 class BatchObserver(Protocol):
     """What the batcher reports (implemented by the Prometheus metrics)."""
 
@@ -83,10 +100,19 @@ class BatchLimits:
 class MicroBatcher:
     """Gathers concurrent jobs for one model into batches run in one worker thread."""
 
-    def __init__(self, *, name: str, limits: BatchLimits, observer: BatchObserver | None = None) -> None:
-        self.name, self.limits, self._observer = name, limits, observer
+    def __init__(
+        self,
+        *,
+        name: str,
+        limits: BatchLimits,
+        observer: BatchObserver | None = None,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
+        self.name, self.limits, self._observer, self._on_failure = name, limits, observer, on_failure
         self._run_batch: RunBatch | None = None
+        self._dead: str | None = None  # why the collector stopped, once it has
         self._jobs: deque[_Job] = deque()
+        self._taken: list[_Job] = []  # the batch being formed or run
         self._pending_rows = self._pending_tokens = 0
         self._wakeup = asyncio.Event()
         self._closing = False
@@ -98,11 +124,17 @@ class MicroBatcher:
         """Rows waiting (not yet in a running batch)."""
         return self._pending_rows
 
+    @property
+    def failure(self) -> str | None:
+        """Why the collector stopped (it takes no more work), or None while it runs."""
+        return self._dead
+
     def start(self, run_batch: RunBatch) -> None:
         """Start collecting jobs for ``run_batch``; call from the running event loop."""
         self._run_batch = run_batch
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._collect(), name=f"batcher-{self.name}")
+            self._task.add_done_callback(self._collector_done)
 
     async def run_exclusive(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` in the model's worker thread (loading, warm-up): never concurrently with a batch."""
@@ -114,7 +146,11 @@ class MicroBatcher:
         Raises:
             QueueFullError: the queue has no room; nothing was queued.
             ShuttingDownError: the batcher is draining.
+            ModelUnavailableError: the collector has died; nothing will run.
+            BatchError: the job's batch failed for a reason that is not the job's own.
         """
+        if self._dead is not None:
+            raise ModelUnavailableError(f"model {self.name!r} is unavailable ({self._dead}); restart lnserve")
         if self._closing or self._task is None:
             raise ShuttingDownError(f"model {self.name!r} is not taking work (shutting down or not started)")
         if self._pending_rows and self._pending_rows + rows > self.limits.max_queue:
@@ -141,10 +177,29 @@ class MicroBatcher:
         self._closing = True
         self._wakeup.set()
         if self._task is not None:
-            await self._task
+            await asyncio.wait({self._task})  # a collector that died has already failed its jobs
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
 
     # -- internals ----------------------------------------------------------------------------------
+    def _collector_done(self, task: asyncio.Task[None]) -> None:
+        """The collector ended: normal after ``close``; otherwise fail what waits and refuse new work."""
+        if task.cancelled():
+            reason = "the batch collector was cancelled"
+        elif (exc := task.exception()) is not None:
+            reason = f"the batch collector failed: {type(exc).__name__}: {exc}"
+            log.error("batch collector of model %s died", self.name, exc_info=exc)
+        else:
+            return  # closed after draining
+        self._dead = reason
+        error = ModelUnavailableError(f"model {self.name!r} is unavailable ({reason}); restart lnserve")
+        for job in [*self._taken, *self._jobs]:
+            if not job.future.done():
+                job.future.set_exception(error)
+        self._jobs.clear()
+        self._pending_rows = self._pending_tokens = 0
+        if self._on_failure is not None:
+            self._on_failure(reason)
+
     def _account(self, job: _Job, sign: int) -> None:
         self._pending_rows += sign * job.rows
         self._pending_tokens += sign * job.tokens
@@ -183,6 +238,7 @@ class MicroBatcher:
                     await self._run(batch)
                 except Exception:  # the collector must outlive any one batch
                     log.exception("batch for model %s failed", self.name)
+            self._taken = []
 
     async def _wait_for_company(self) -> None:
         loop = asyncio.get_running_loop()
@@ -199,8 +255,9 @@ class MicroBatcher:
                 return
 
     def _take(self) -> list[_Job]:
-        """Jobs in arrival order up to the batch limits (at least one)."""
-        batch: list[_Job] = []
+        """Jobs in arrival order up to the batch limits (at least one). Taken jobs are held in
+        ``self._taken`` until their batch has run, so a collector that dies midway still fails them."""
+        batch = self._taken = []
         rows = tokens = 0
         while self._jobs:
             job = self._jobs[0]
@@ -209,36 +266,38 @@ class MicroBatcher:
                 or tokens + job.tokens > self.limits.max_batch_tokens
             ):
                 break
-            self._jobs.popleft()
+            batch.append(self._jobs.popleft())
             self._account(job, -1)
             if job.future.done():
+                batch.pop()
                 continue
-            batch.append(job)
             rows, tokens = rows + job.rows, tokens + job.tokens
         return batch
 
     async def _run(self, batch: list[_Job]) -> None:
+        """Run one batch; every job's future is resolved when this returns, whatever happened."""
         loop = asyncio.get_running_loop()
-        if self._observer:
-            now = loop.time()
-            self._observer.batch(
-                self.name,
-                sum(j.rows for j in batch),
-                sum(j.tokens for j in batch),
-                [now - j.enqueued for j in batch],
-            )
-        groups: dict[Hashable, list[_Job]] = {}
-        for job in batch:
-            groups.setdefault(job.key, []).append(job)
-        outcomes = await loop.run_in_executor(self._executor, self._run_groups, groups)
-        for jobs, outcome in outcomes:
-            for i, job in enumerate(jobs):
-                if job.future.done():  # the caller went away while its batch ran
-                    continue
-                if isinstance(outcome, BaseException):
-                    job.future.set_exception(outcome)
-                else:
-                    job.future.set_result(outcome[i])
+        try:
+            if self._observer:
+                now = loop.time()
+                self._observer.batch(
+                    self.name,
+                    sum(j.rows for j in batch),
+                    sum(j.tokens for j in batch),
+                    [now - j.enqueued for j in batch],
+                )
+            groups: dict[Hashable, list[_Job]] = {}
+            for job in batch:
+                groups.setdefault(job.key, []).append(job)
+            outcomes = await loop.run_in_executor(self._executor, self._run_groups, groups)
+            for jobs, outcome in outcomes:
+                _resolve(jobs, outcome)
+        finally:
+            left = [job for job in batch if not job.future.done()]
+            if left:
+                error = BatchError(f"model {self.name!r}: the batch failed before its results were delivered")
+                for job in left:
+                    job.future.set_exception(error)
 
     def _run_groups(
         self, groups: dict[Hashable, list[_Job]]
@@ -252,3 +311,19 @@ class MicroBatcher:
             except Exception as exc:
                 outcomes.append((jobs, exc))
         return outcomes
+
+
+def _resolve(jobs: list[_Job], outcome: Sequence[Any] | BaseException) -> None:
+    """Hand each job its result; a failed call, or one with the wrong number of results, fails them all."""
+    if not isinstance(outcome, BaseException):
+        n = len(outcome) if isinstance(outcome, Sequence) else None
+        if n != len(jobs):
+            outcome = BatchError(f"the batch function returned {n} results for {len(jobs)} jobs")
+    for i, job in enumerate(jobs):
+        if job.future.done():  # the caller went away while its batch ran
+            continue
+        result = outcome if isinstance(outcome, BaseException) else outcome[i]
+        if isinstance(result, BaseException):
+            job.future.set_exception(result)
+        else:
+            job.future.set_result(result)

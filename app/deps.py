@@ -62,6 +62,9 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     watcher = asyncio.ensure_future(disconnected())
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the request itself was cancelled (drain deadline): so is its work
+        task.cancel()
+        raise
     finally:
         watcher.cancel()
     if not task.done():

@@ -10,6 +10,9 @@ LnserveError
 │   ├── ModelNotFoundError     (model_not_found, 404)     no model of that name
 │   ├── RequestTooLargeError   (request_too_large, 413)   body larger than max_body_bytes
 │   ├── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
+│   ├── ModelLoadError         (model_load_failed)        serve: a model cannot load at startup (exit 2)
+│   ├── AddressInUseError      (address_in_use)           serve: the port is taken (exit 2; app.server)
+│   ├── BindError              (bind_failed)              serve: the address cannot be bound (app.server)
 │   └── GalleryError           (gallery_error, 422)       app.galleries.errors: /galleries, /retrieve
 │       ├── GalleryNotFoundError  (gallery_not_found, 404) no gallery of that name
 │       ├── GalleryExistsError    (gallery_exists, 409)    create with a taken name
@@ -20,7 +23,11 @@ LnserveError
 ├── GalleryCorruptError        (gallery_corrupt, 503)     gallery files damaged: that gallery is quarantined
 ├── NotReadyError              (not_ready, 503)           models still loading / warming up
 ├── QueueFullError             (queue_full, 429)          the model's queue is full; has Retry-After
+├── OverloadedError            (overloaded, 429)          max_inflight requests in flight; has Retry-After
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
+├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.batcher)
+├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.batcher)
+├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
 
 Framework exceptions are in ``ERROR_TABLE``. Anything else is a generic 500 ``internal_error`` that carries
@@ -38,14 +45,15 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from lnserve.app.batcher import QueueFullError, ShuttingDownError
+from lnserve.app.batcher import BatchError, ModelUnavailableError, QueueFullError, ShuttingDownError
 from lnserve.app.galleries.errors import GalleryError
 from lnserve.app.settings import InvalidSettingError
-from lnserve.converters.errors import EncodeInputError, LnserveError, UserInputError
+from lnserve.converters.errors import ArtifactError, EncodeInputError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
 
-__all__ = ["QueueFullError", "ShuttingDownError"]  # re-exported: the whole table lives here
+# re-exported: the whole table lives here
+__all__ = ["BatchError", "ModelUnavailableError", "QueueFullError", "ShuttingDownError"]
 
 
 class TooManySentencesError(UserInputError):
@@ -87,11 +95,24 @@ class UnauthorizedError(UserInputError):
     http_status = 401
 
 
+class ModelLoadError(ArtifactError):
+    """A model could not be loaded while the server started (``lnserve serve`` exits 2)."""
+
+    code = "model_load_failed"
+
+
 class NotReadyError(LnserveError):
     """Models are still loading or warming up (or failed to)."""
 
     code = "not_ready"
     http_status = 503
+
+
+class OverloadedError(LnserveError):
+    """``max_inflight`` requests are in flight: refused at once, before the body is read (middleware)."""
+
+    code = "overloaded"
+    http_status = 429
 
 
 class ClientClosedError(LnserveError):

@@ -16,18 +16,21 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
+from lnserve.app.body_parsing import BodyParser
 from lnserve.app.deps import require_api_key
-from lnserve.app.errors import install_error_handlers
+from lnserve.app.errors import ModelLoadError, install_error_handlers
 from lnserve.app.galleries.demo import install_demo_gallery
 from lnserve.app.galleries.errors import GalleryCorruptError
 from lnserve.app.galleries.store import CorruptGallery, GalleryEntry, GalleryInfo, GalleryStore
 from lnserve.app.gallery_ops import warm_scorer
+from lnserve.app.lifecycle import Lifecycle
 from lnserve.app.metrics import Metrics
 from lnserve.app.middleware import RequestContextMiddleware
 from lnserve.app.registry import ModelRegistry
 from lnserve.app.routes import ROUTER_MODULES
 from lnserve.app.schemas import ErrorBody
 from lnserve.app.settings import Settings
+from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.app")
 
@@ -37,8 +40,9 @@ _ERRORS = {s: {"model": ErrorBody} for s in (401, 404, 413, 422, 429, 503)}
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Startup: read the model manifests (errors stop startup), then load and warm up in the background
-    so ``/health`` answers at once and ``/ready`` turns true when done. Shutdown (after uvicorn has drained
-    in-flight requests on SIGTERM): stop loading, finish queued batches, stop the worker threads."""
+    so ``/health`` answers at once and ``/ready`` turns true when done; a model that fails to load stops
+    the server (``Lifecycle.startup_failed``). Shutdown (after uvicorn has drained in-flight requests on
+    SIGTERM): stop loading, finish queued batches, stop the worker threads and the body parser."""
     registry: ModelRegistry = app.state.registry
     await registry.open()
     await _open_galleries(app.state.galleries)
@@ -49,6 +53,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loading.cancel()
         with suppress(asyncio.CancelledError):
             await loading
+        app.state.body_parser.close()
         await registry.close()
         log.info("shut down")
 
@@ -70,7 +75,11 @@ async def _load(app: FastAPI) -> None:
             log.error("demo gallery not installed: %s", exc)
         except Exception:  # the demo gallery is a convenience: never fail serving over it
             log.exception("could not install the demo gallery")
-    await app.state.registry.load()
+    failed = await app.state.registry.load()
+    if failed:
+        name, exc = next(iter(failed.items()))
+        code = exc.code if isinstance(exc, LnserveError) else type(exc).__name__
+        app.state.lifecycle.startup_failed(ModelLoadError(f"model {name!r} cannot be loaded ({code}: {exc})"))
 
 
 async def _open_galleries(store: GalleryStore) -> None:
@@ -102,10 +111,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.lifecycle = lifecycle = Lifecycle()
+    app.state.body_parser = BodyParser()
     app.state.metrics = metrics = Metrics()
     app.state.registry = ModelRegistry(settings, observer=metrics)
     app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
+    probes: set[str] = set()  # the public routes: never refused by the middleware nor counted in flight
     for name in ROUTER_MODULES:
         module = importlib.import_module(f"lnserve.app.routes.{name}")
         public = getattr(module, "PUBLIC", False)
@@ -114,6 +126,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             dependencies=[] if public else [Depends(require_api_key)],
             responses={} if public else _ERRORS,
         )
+        if public:
+            probes |= {route.path for route in module.router.routes if hasattr(route, "path")}
+    docs = {app.docs_url, app.redoc_url, app.openapi_url, app.swagger_ui_oauth2_redirect_url}
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -126,5 +141,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
         log_access=settings.access_log,
+        max_inflight=settings.inflight_limit(),
+        retry_after_s=settings.retry_after_s,
+        api_key=settings.api_key,
+        public_paths=frozenset(probes | {d for d in docs if d}),
+        probe_paths=frozenset(probes),
+        lifecycle=lifecycle,
     )
     return app

@@ -45,6 +45,16 @@ class Metrics:
         self.cancelled_jobs = Counter(
             "lnserve_cancelled", "Jobs withdrawn because the client went away.", ["model"], registry=r
         )
+        self.overloaded = Counter(
+            "lnserve_overloaded",
+            "Requests refused with 429 before their body was read: max_inflight requests were in flight.",
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "lnserve_inflight_requests",
+            "Requests in flight (health, ready and metrics not counted).",
+            registry=r,
+        )
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()

@@ -1,33 +1,68 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware, so handlers still see ``http.disconnect``).
 
-Gives each request an id (``X-Request-ID``, echoed back), enforces the body size limit, records metrics by
-route template and writes one JSON access-log line per request.
+Gives each request an id (``X-Request-ID``, echoed back), records metrics by route template and writes one
+JSON access-log line per request. Before a byte of the body is read it refuses, each with its JSON error:
+a draining server (503 ``shutting_down``), a missing or wrong API key (401), a ``Content-Length`` over
+``max_body_bytes`` (413), and more than ``max_inflight`` requests in flight (429 ``overloaded`` with
+``Retry-After``: under overload the requests admitted keep their latency, the rest are told at once).
+``/health``, ``/ready`` and ``/metrics`` are never refused nor counted. While the app runs it limits
+streamed bodies, answers requests still running at the drain deadline with 503 ``shutting_down``, and turns
+an unexpected exception into the JSON 500 without closing the keep-alive connection.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import secrets
 import time
 import uuid
 from typing import Any
 
+from pydantic import SecretStr
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lnserve.app.errors import RequestTooLargeError, error_response
+from lnserve.app.errors import (
+    OverloadedError,
+    RequestTooLargeError,
+    ShuttingDownError,
+    UnauthorizedError,
+    error_response,
+)
+from lnserve.app.lifecycle import Lifecycle
 from lnserve.app.log_setup import ACCESS_LOGGER
 from lnserve.app.metrics import Metrics
 
 access_log = logging.getLogger(ACCESS_LOGGER)
+log = logging.getLogger("lnserve.errors")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_CLOSE = {"Connection": "close"}
 
 
 class RequestContextMiddleware:
-    """Request id, body limit, metrics and access log for every HTTP request."""
+    """Request id, admission (drain, key, size, in-flight limit), metrics and access log for every request."""
 
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, log_access: bool) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        max_body_bytes: int,
+        log_access: bool,
+        max_inflight: int,
+        retry_after_s: int,
+        api_key: SecretStr | None,
+        public_paths: frozenset[str],
+        probe_paths: frozenset[str],
+        lifecycle: Lifecycle,
+    ) -> None:
         self.app, self.metrics, self.max_body, self.log_access = app, metrics, max_body_bytes, log_access
+        self.max_inflight, self.retry_after = max_inflight, retry_after_s
+        self.key = api_key.get_secret_value().encode() if api_key is not None else None
+        self.public, self.probes, self.lifecycle = public_paths, probe_paths, lifecycle
+        self.inflight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -37,24 +72,75 @@ class RequestContextMiddleware:
         rid = _request_id(scope)
         scope.setdefault("state", {})["request_id"] = rid
         status = 500
+        started = False
 
         async def send_wrapper(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
             await send(message)
 
+        counted = scope["path"] not in self.probes
         try:
-            length = _content_length(scope)
-            if length is not None and length > self.max_body:
-                resp = error_response(413, RequestTooLargeError.code, self._too_large(), request_id=rid)
-                await resp(scope, receive, send_wrapper)
-            else:
-                await self.app(scope, self._limited(receive), send_wrapper)
+            refusal = self._refusal(scope, rid, counted)
+            if refusal is not None:
+                await refusal(scope, receive, send_wrapper)
+                return
+            self._admit(+1 if counted else 0)
+            try:
+                async with self.lifecycle.cut_at_drain_deadline() as cut:
+                    await self.app(scope, self._limited(receive), send_wrapper)
+            except TimeoutError:
+                if not cut.expired():
+                    raise
+                if not started:  # cut by the drain deadline: a clear answer, not a dropped connection
+                    msg = "the server is shutting down: the drain timeout ended before this request finished"
+                    resp = error_response(503, ShuttingDownError.code, msg, request_id=rid, headers=_CLOSE)
+                    await resp(scope, receive, send_wrapper)
+            except Exception as exc:
+                if started:  # part of a response is out: only closing the connection can signal the error
+                    raise
+                log.error("unhandled error (request %s)", rid, exc_info=exc)
+                # answered here, not re-raised to the server error middleware, so that uvicorn keeps the
+                # keep-alive connection usable (it closed it, without Connection: close, on a re-raise)
+                msg = f"internal error (request id {rid})"
+                await error_response(500, "internal_error", msg, request_id=rid)(scope, receive, send_wrapper)
+            finally:
+                self._admit(-1 if counted else 0)
         finally:
             self._record(scope, rid, status, time.perf_counter() - start)
+
+    def _admit(self, delta: int) -> None:
+        if delta:
+            self.inflight += delta
+            self.metrics.inflight.set(self.inflight)
+
+    def _refusal(self, scope: Scope, rid: str, counted: bool) -> Response | None:
+        """The error response for a request refused before its body is read, or None to admit it."""
+        if counted and self.lifecycle.draining:
+            msg = "the server is shutting down and takes no new requests"
+            return error_response(503, ShuttingDownError.code, msg, request_id=rid, headers=_CLOSE)
+        if self._key_refused(scope):
+            msg = "missing or wrong API key (send Authorization: Bearer <key>)"
+            headers = {"WWW-Authenticate": "Bearer"}
+            return error_response(401, UnauthorizedError.code, msg, request_id=rid, headers=headers)
+        length = _content_length(scope)
+        if length is not None and length > self.max_body:
+            return error_response(413, RequestTooLargeError.code, self._too_large(), request_id=rid)
+        if counted and self.inflight >= self.max_inflight:
+            self.metrics.overloaded.inc()
+            msg = f"{self.inflight} requests in flight (max_inflight {self.max_inflight}); retry later"
+            headers = {"Retry-After": str(self.retry_after)}
+            return error_response(429, OverloadedError.code, msg, request_id=rid, headers=headers)
+        return None
+
+    def _key_refused(self, scope: Scope) -> bool:
+        """An API key is configured and this request (not public, not a CORS preflight) lacks it."""
+        if self.key is None or scope["path"] in self.public or scope["method"] == "OPTIONS":
+            return False
+        return not secrets.compare_digest(_bearer_token(scope), self.key)
 
     def _too_large(self) -> str:
         return f"request body exceeds {self.max_body} bytes (max_body_bytes)"
@@ -106,6 +192,15 @@ def _request_id(scope: Scope) -> str:
             if _SAFE_ID.match(given):
                 return given
     return uuid.uuid4().hex
+
+
+def _bearer_token(scope: Scope) -> bytes:
+    """The ``Authorization: Bearer`` credentials, parsed as FastAPI's ``HTTPBearer`` does (b"" if none)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.encode() if scheme.lower() == "bearer" else b""
+    return b""
 
 
 def _content_length(scope: Scope) -> int | None:

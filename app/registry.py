@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +19,7 @@ import numpy as np
 from lnserve.app.batcher import BatchLimits, BatchObserver, MicroBatcher
 from lnserve.app.errors import ModelNotFoundError, NotReadyError, SentenceTooLongError, TooManySentencesError
 from lnserve.app.galleries.store import ModelRef
-from lnserve.app.runtime.engine import Engine
+from lnserve.app.runtime.engine import Engine, bad_rows, nonfinite_error
 from lnserve.app.settings import Settings
 from lnserve.converters.artifact import MANIFEST
 from lnserve.converters.errors import ArtifactError, EncodeInputError, UserInputError
@@ -156,6 +156,13 @@ class ModelEntry:
             raise NotReadyError(f"model {self.name!r} is {self.state}; retry when /ready says so")
         return self.engine
 
+    def fail(self, reason: str) -> None:
+        """The model failed at run time (session error, out of memory, dead batcher): ``/ready`` and
+        ``/health`` report it so that an orchestrator restarts the process. Requests are still tried."""
+        if self.state != "failed":
+            log.error("model %s failed: %s", self.name, reason)
+        self.state, self.error = "failed", reason
+
     # -- description --------------------------------------------------------------------------------
     def describe(self, *, default: bool) -> dict[str, Any]:
         m = self.manifest
@@ -179,19 +186,42 @@ class ModelEntry:
         }
 
 
-def _engine_runner(engine: Engine, batch_size: int):  # type: ignore[no-untyped-def]
-    """The batcher's ``run_batch``: one engine call for a group of jobs, results split per job."""
+def _engine_runner(engine: Engine, batch_size: int, entry: ModelEntry):  # type: ignore[no-untyped-def]
+    """The batcher's ``run_batch``: one engine call for a group of jobs, results split per job.
 
-    def run(key: Hashable, payloads: list[Any]) -> list[np.ndarray]:
+    A job with a row that has no finite vector gets its own ``EncodeInputError`` (naming its row); the
+    other jobs of the group keep their vectors. An engine failure that is not the input's fault marks the
+    model failed before it propagates."""
+
+    def run(key: Hashable, payloads: list[Any]) -> list[np.ndarray | Exception]:
         assert isinstance(key, tuple)
-        if key[0] == "images":
-            vectors = engine.encode_images(np.concatenate(payloads))
-        else:
-            seqs = [s for p in payloads for s in p]
-            vectors = engine.encode_ids(seqs, normalize=bool(key[1]), batch_size=batch_size)
-        return np.split(vectors, np.cumsum([len(p) for p in payloads])[:-1])
+        try:
+            if key[0] == "images":
+                what, vectors = "feature row", engine.encode_images(np.concatenate(payloads), check=False)
+            else:
+                seqs = [s for p in payloads for s in p]
+                what = "sentence"
+                vectors = engine.encode_ids(seqs, normalize=bool(key[1]), batch_size=batch_size, check=False)
+        except UserInputError:
+            raise
+        except Exception as exc:
+            entry.fail(f"run time: {describe_error(exc)}")
+            raise
+        parts = np.split(vectors, np.cumsum([len(p) for p in payloads])[:-1])
+        return [_finite_or_error(part, what) for part in parts]
 
     return run
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: first line of the message`` (ORT messages run to many lines)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _finite_or_error(vectors: np.ndarray, what: str) -> np.ndarray | Exception:
+    bad = bad_rows(vectors)
+    return nonfinite_error(what, int(bad[0]), len(bad)) if len(bad) else vectors
 
 
 class ModelRegistry:
@@ -205,6 +235,10 @@ class ModelRegistry:
     @property
     def ready(self) -> bool:
         return bool(self.entries) and all(e.state == "ready" for e in self.entries.values())
+
+    def failures(self) -> dict[str, str]:
+        """Models that failed to load or at run time, with why (``/health`` reports them)."""
+        return {n: e.error or "failed" for n, e in self.entries.items() if e.state == "failed"}
 
     def get(self, name: str | None) -> ModelEntry:
         """The named model, or the default one for ``None``.
@@ -235,19 +269,29 @@ class ModelRegistry:
             retry_after_s=s.retry_after_s,
         )
         for name, path, manifest in resolved:
-            batcher = MicroBatcher(name=name, limits=limits, observer=self.observer)
+            batcher = MicroBatcher(
+                name=name, limits=limits, observer=self.observer, on_failure=self._batcher_failed(name)
+            )
             self.entries[name] = ModelEntry(name, path, manifest, batcher, s)
         self.default_name = s.default_model or resolved[0][0]
 
-    async def load(self) -> None:
-        """Build each engine in its model's worker thread, then warm it up through the batcher."""
+    async def load(self) -> dict[str, Exception]:
+        """Build each engine in its model's worker thread, then warm it up through the batcher.
+
+        Returns the models that failed to load, with their errors (also reported by ``/ready``)."""
+        failed: dict[str, Exception] = {}
         for entry in self.entries.values():
             entry.state = "loading"
             try:
                 await self._load_one(entry)
-            except Exception as exc:  # reported by /ready; the server stays up to say so
+            except Exception as exc:
                 entry.state, entry.error = "failed", f"{type(exc).__name__}: {exc}"
                 log.error("model %s failed to load: %s", entry.name, entry.error)
+                failed[entry.name] = exc
+        return failed
+
+    def _batcher_failed(self, name: str) -> Callable[[str], None]:
+        return lambda reason: self.entries[name].fail(f"run time: {reason}")
 
     async def _load_one(self, entry: ModelEntry) -> None:
         s = self.settings
@@ -261,7 +305,7 @@ class ModelRegistry:
             lambda: Engine.open(entry.path, backend=s.backend, **options)
         )
         entry.ref = await asyncio.to_thread(ModelRef.from_artifact, engine.artifact)
-        entry.batcher.start(_engine_runner(engine, s.max_batch_size))
+        entry.batcher.start(_engine_runner(engine, s.max_batch_size, entry))
         entry.engine = engine
         seqs, _ = entry.prepare([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)
         await entry.encode_ids(seqs, normalize=None)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import numpy as np
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import JSONResponse
 
 from lnserve.app.schemas_retrieval import GallerySummary
@@ -89,7 +89,7 @@ class EmbeddingsRequest(BaseModel):
     input: str | list[str] = Field(description="A string or a list of strings.")
     model: str | None = ModelName
     encoding_format: Encoding = "float"
-    dimensions: int | None = Field(None, description="Must equal the model's dimension if given.")
+    dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
     user: str | None = None
 
 
@@ -168,7 +168,10 @@ class Info(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "failed"] = Field(
+        "ok", description="failed (HTTP 503): a model failed at run time; restart the process."
+    )
+    errors: dict[str, str] | None = Field(None, description="Why, per failed model (only when failed).")
 
 
 class Readiness(BaseModel):

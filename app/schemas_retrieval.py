@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from lnserve.app.galleries.store import GALLERY_NAME_PATTERN, GALLERY_NAME_RULE, KINDS, MAX_K, MAX_QUERIES
 
@@ -177,7 +177,7 @@ class RetrieveRequest(BaseModel):
         max_length=MAX_QUERIES,
         description="Batch of queries (each as `query`); at most max_sentences (see /info).",
     )
-    k: int = Field(10, ge=1, le=MAX_K, description="Results per query (fewer if the gallery is smaller).")
+    k: StrictInt = Field(10, ge=1, le=MAX_K, description="Results per query (fewer if the gallery is small).")
     pretokenized: bool = Field(False, description="Split text queries on whitespace only.")
     truncate: bool = Field(False, description="Cut text queries over max_tokens instead of refusing them.")
 

@@ -95,6 +95,13 @@ class Settings(BaseSettings):
     )
     max_queue: int = Field(1024, ge=1, description="Sentences waiting per model; beyond it, 429.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429.")
+    max_inflight: int | None = Field(
+        None,
+        ge=1,
+        description="Requests in flight per process (/health, /ready, /metrics not counted); beyond it, 429 "
+        "overloaded at once, before the body is read. Default: 2 x max_batch_size, at least 32 (measured: "
+        "benchmarks/http_load.py --open-loop).",
+    )
 
     # request limits
     max_sentences: int = Field(256, ge=1, description="Sentences (or images) per request.")
@@ -130,6 +137,10 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown scorer {value!r}; expected one of {', '.join(SCORERS)}")
         return value.lower()
 
+    def inflight_limit(self) -> int:
+        """``max_inflight``, or its default: enough requests to fill the next batch while one runs."""
+        return self.max_inflight or max(32, 2 * self.max_batch_size)
+
     def limits(self) -> dict[str, int | float]:
         """The limits a client needs to know (reported by ``/info``)."""
         return {
@@ -140,6 +151,7 @@ class Settings(BaseSettings):
             "max_batch_tokens": self.max_batch_tokens,
             "max_wait_ms": self.max_wait_ms,
             "max_queue": self.max_queue,
+            "max_inflight": self.inflight_limit(),
         }
 
 

@@ -57,11 +57,9 @@ def serve(
     ] = 1.0,
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
-    import uvicorn
-
     from lnserve.app.log_setup import configure_logging
-    from lnserve.app.main import create_app
     from lnserve.app.registry import resolve_model_dirs
+    from lnserve.app.server import serve_app
     from lnserve.app.settings import load_settings
 
     overrides: dict[str, Any] = {
@@ -87,15 +85,7 @@ def serve(
             settings, replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus
         )
         return
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=settings.drain_timeout_s,
-        server_header=False,
-    )
+    serve_app(settings)  # a bad model directory or a taken port fails first, as a one-line CLI error
 
 
 def _serve_on_ray(settings: Settings, *flags: Any) -> None:

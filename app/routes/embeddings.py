@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import RegistryDep, cancel_on_disconnect
 from lnserve.app.schemas import (
     EmbeddingsRequest,
@@ -14,7 +15,7 @@ from lnserve.app.schemas import (
 )
 from lnserve.converters.errors import EncodeInputError
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/embeddings", response_model=EmbeddingsResponse, response_class=VectorJSONResponse)

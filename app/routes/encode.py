@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import RegistryDep, cancel_on_disconnect
 from lnserve.app.schemas import (
     EncodeImagesRequest,
@@ -14,7 +15,7 @@ from lnserve.app.schemas import (
     encode_vectors,
 )
 
-router = APIRouter(tags=["encode"])
+router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/encode", response_model=EncodeResponse, response_class=VectorJSONResponse)

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
@@ -28,7 +29,7 @@ from lnserve.app.schemas_retrieval import (
     ItemsAdded,
 )
 
-router = APIRouter(prefix="/galleries", tags=["galleries"])
+router = APIRouter(prefix="/galleries", tags=["galleries"], route_class=OffloadedBodyRoute)
 _CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorBody, "description": "Name or id taken."}}
 
 

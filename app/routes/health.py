@@ -12,10 +12,14 @@ PUBLIC = True  # no API key: orchestrators probe these
 router = APIRouter(tags=["health"])
 
 
-@router.get("/health", response_model=Health)
-async def health() -> Health:
-    """Liveness: 200 while the process serves HTTP, even before models are ready."""
-    return Health()
+@router.get("/health", response_model=Health, responses={503: {"model": Health}})
+async def health(registry: RegistryDep) -> JSONResponse:
+    """Liveness: 200 while the process serves HTTP, even before models are ready; 503 once a model has
+    failed (at run time: a session error, out of memory, a dead batcher), so that it gets restarted."""
+    failures = registry.failures()
+    if failures:
+        return JSONResponse(Health(status="failed", errors=failures).model_dump(), status_code=503)
+    return JSONResponse({"status": "ok"})
 
 
 @router.get("/ready", response_model=Readiness, responses={503: {"model": Readiness}})

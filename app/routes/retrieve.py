@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
@@ -30,7 +31,7 @@ from lnserve.app.schemas_retrieval import (
     TextQuery,
 )
 
-router = APIRouter(tags=["retrieval"])
+router = APIRouter(tags=["retrieval"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/retrieve", response_model=RetrieveResponse)

@@ -37,8 +37,37 @@ class Backend(Protocol):
 
 
 def l2normalize(x: np.ndarray) -> np.ndarray:
-    """Row-wise, no epsilon (as the original)."""
-    return x / np.sqrt((x * x).sum(axis=-1, keepdims=True))
+    """Row-wise, no epsilon (as the original). A row whose squared norm is 0 or overflows float32 has no
+    direction: it becomes NaN (the original gave NaN or, silently, zeros) so that ``bad_rows`` finds it."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sq = (x * x).sum(axis=-1, keepdims=True)
+        return np.where(np.isfinite(sq) & (sq > 0), x / np.sqrt(sq), np.float32(np.nan)).astype(
+            x.dtype, copy=False
+        )
+
+
+def bad_rows(vectors: np.ndarray) -> np.ndarray:
+    """Indices of the rows that are not entirely finite (overflow, a zero or infinite norm)."""
+    return np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+
+
+def check_finite(vectors: np.ndarray, what: str) -> np.ndarray:
+    """``vectors`` if every row is finite; else an ``EncodeInputError`` naming the first bad row.
+
+    ``what`` names a row for the caller ("sentence", "feature row"). A vector of NaN, infinities or zeros
+    standing for an overflow is never returned."""
+    bad = bad_rows(vectors)
+    if len(bad):
+        raise nonfinite_error(what, int(bad[0]), len(bad))
+    return vectors
+
+
+def nonfinite_error(what: str, row: int, count: int = 1) -> EncodeInputError:
+    more = f" ({count} such rows)" if count > 1 else ""
+    return EncodeInputError(
+        f"{what} {row} cannot be encoded: its vector is not finite in float32 (an overflow, or a norm of "
+        f"0 or infinity){more}"
+    )
 
 
 @dataclass
@@ -163,17 +192,20 @@ class Engine:
         *,
         normalize: bool,
         batch_size: int = 128,
+        check: bool = True,
         progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """Encode sequences from ``token_ids``: the HTTP batcher tokenises (and checks limits) before it
-        queues, then encodes many requests' sequences in one call. ``progress(n)`` after each batch of n."""
+        queues, then encodes many requests' sequences in one call. ``check=False`` returns rows that are
+        not finite as they are (the batcher checks per request) instead of raising ``EncodeInputError``.
+        ``progress(n)`` after each batch of n."""
         out = np.empty((len(seqs), self.output_dim), dtype=np.float32)
         for idx in length_batches([len(s) for s in seqs], batch_size):
             ids, lengths = pad_ids([seqs[i] for i in idx])
             out[idx] = self._encode_batch(ids, lengths, normalize=normalize)
             if progress is not None:
                 progress(len(idx))
-        return out
+        return check_finite(out, "sentence") if check else out
 
     def _encode_batch(self, ids: np.ndarray, lengths: np.ndarray, *, normalize: bool) -> np.ndarray:
         if self.family == "order-embedding":
@@ -195,7 +227,9 @@ class Engine:
         return np.concatenate(parts, axis=1)
 
     # -- images and scores --------------------------------------------------------------------------
-    def encode_images(self, features: np.ndarray) -> np.ndarray:
+    def encode_images(self, features: np.ndarray, *, check: bool = True) -> np.ndarray:
+        """Image vectors; a row whose projection overflows (or has a zero norm) raises ``EncodeInputError``
+        naming it, or with ``check=False`` is returned as NaN for the caller to check."""
         if self.family != "order-embedding":
             raise EncodeInputError("this model has no image encoder (skip-thoughts encodes text only)")
         dim_image = self.artifact.manifest["dims"]["dim_image"]
@@ -205,7 +239,8 @@ class Engine:
         if not np.issubdtype(feats.dtype, np.floating) or not np.isfinite(feats).all():
             raise EncodeInputError("image features must be finite floating-point numbers")
         h = l2normalize(self.backend.image_projection(feats.astype(np.float32, copy=False)))
-        return np.abs(h) if self.use_abs else h
+        h = np.abs(h) if self.use_abs else h
+        return check_finite(h, "feature row") if check else h
 
     def score(self, captions: np.ndarray, images: np.ndarray) -> np.ndarray:
         """The caption x image error matrix with the model's own method (lower is better)."""
