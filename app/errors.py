@@ -136,8 +136,9 @@ HTTP_STATUS_CODES: dict[int, str] = {
 }
 ROUTING_STATUSES = (404, 405)  # what Starlette's router answers by itself (unknown path, wrong method)
 _ENGINE_ERRORS: tuple[type[LnserveError], ...] = (UserInputError, EncodeInputError)  # raised by the engine
-# GalleryError is a base (only its subclasses are raised); a bad setting stops the start, never a request
-_NEVER_RAISED: tuple[type[LnserveError], ...] = (GalleryError, InvalidSettingError)
+# GalleryError is a base (only its subclasses are raised); a bad setting or a model that cannot load stops the
+# start (CLI exit 2), never answers a request. Ray's replica_unavailable / shard_unavailable: see Scaling out.
+_NEVER_RAISED: tuple[type[LnserveError], ...] = (GalleryError, InvalidSettingError, ModelLoadError)
 
 
 def _service_error_classes() -> set[type[LnserveError]]:
