@@ -114,3 +114,14 @@ def unbuildable_model(out: Path) -> Path:
     (out / rel).write_bytes(b"this is not an ONNX graph")
     _rehash(out, rel)
     return out
+
+
+def zero_image_bias_model(out: Path) -> Path:
+    """The demo model with a zero image-projection bias (as a checkpoint may have): an all-zero feature row
+    projects to the zero vector, which has no direction."""
+    _copy_demo(out, "zero-image-bias")
+    t = load_file(str(out / WEIGHTS))
+    t["image.proj.bias"] = np.zeros_like(t["image.proj.bias"])
+    save_file(t, str(out / WEIGHTS))
+    _rehash(out, WEIGHTS)
+    return out
