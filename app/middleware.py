@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import SecretStr
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,6 +40,20 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("lnserve.errors")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _CLOSE = {"Connection": "close"}
+
+
+class _Sender:
+    """The ``send`` the app gets: adds ``X-Request-ID`` and remembers the status and whether it started."""
+
+    def __init__(self, send: Send, rid: str) -> None:
+        self.send, self.rid = send, rid
+        self.status, self.started = 500, False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status, self.started = message["status"], True
+            message["headers"] = [*message.get("headers", []), (b"x-request-id", self.rid.encode())]
+        await self.send(message)
 
 
 class RequestContextMiddleware:
@@ -71,46 +86,43 @@ class RequestContextMiddleware:
         start = time.perf_counter()
         rid = _request_id(scope)
         scope.setdefault("state", {})["request_id"] = rid
-        status = 500
-        started = False
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status, started
-            if message["type"] == "http.response.start":
-                status, started = message["status"], True
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
-            await send(message)
-
+        out = _Sender(send, rid)
         counted = scope["path"] not in self.probes
         try:
             refusal = self._refusal(scope, rid, counted)
             if refusal is not None:
-                await refusal(scope, receive, send_wrapper)
+                await refusal(scope, receive, out)
                 return
             self._admit(+1 if counted else 0)
             try:
-                async with self.lifecycle.cut_at_drain_deadline() as cut:
-                    await self.app(scope, self._limited(receive), send_wrapper)
-            except TimeoutError:
-                if not cut.expired():
-                    raise
-                if not started:  # cut by the drain deadline: a clear answer, not a dropped connection
-                    msg = "the server is shutting down: the drain timeout ended before this request finished"
-                    resp = error_response(503, ShuttingDownError.code, msg, request_id=rid, headers=_CLOSE)
-                    await resp(scope, receive, send_wrapper)
-            except Exception as exc:
-                if started:  # part of a response is out: only closing the connection can signal the error
-                    raise
-                log.error("unhandled error (request %s)", rid, exc_info=exc)
-                # answered here, not re-raised to the server error middleware, so that uvicorn keeps the
-                # keep-alive connection usable (it closed it, without Connection: close, on a re-raise)
-                msg = f"internal error (request id {rid})"
-                await error_response(500, "internal_error", msg, request_id=rid)(scope, receive, send_wrapper)
+                await self._run(scope, receive, out)
             finally:
                 self._admit(-1 if counted else 0)
         finally:
-            self._record(scope, rid, status, time.perf_counter() - start)
+            self._record(scope, rid, out.status, time.perf_counter() - start)
+
+    async def _run(self, scope: Scope, receive: Receive, out: _Sender) -> None:
+        """The app, cut at the drain deadline; what escapes it is answered here when nothing was sent yet."""
+        try:
+            async with self.lifecycle.cut_at_drain_deadline() as cut:
+                await self.app(scope, self._limited(receive), out)
+        except TimeoutError:
+            if not cut.expired():
+                raise
+            if not out.started:  # cut by the drain deadline: a clear answer, not a dropped connection
+                msg = "the server is shutting down: the drain timeout ended before this request finished"
+                resp = error_response(503, ShuttingDownError.code, msg, request_id=out.rid, headers=_CLOSE)
+                await resp(scope, receive, out)
+        except ClientDisconnect:  # gone while its body was read: nobody to answer, nothing to log
+            out.status = 499
+        except Exception as exc:
+            if out.started:  # part of a response is out: only closing the connection can signal the error
+                raise
+            log.error("unhandled error (request %s)", out.rid, exc_info=exc)
+            # answered here, not re-raised to the server error middleware, so that uvicorn keeps the
+            # keep-alive connection usable (it closed it, without Connection: close, on a re-raise)
+            msg = f"internal error (request id {out.rid})"
+            await error_response(500, "internal_error", msg, request_id=out.rid)(scope, receive, out)
 
     def _admit(self, delta: int) -> None:
         if delta:

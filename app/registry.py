@@ -310,7 +310,8 @@ class ModelRegistry:
         seqs, _ = entry.prepare([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)
         await entry.encode_ids(seqs, normalize=None)
         if engine.family == "order-embedding":
-            await entry.encode_images([[0.0] * entry.manifest["dims"]["dim_image"]])
+            # ones, not zeros: with a zero projection bias a zero row has no direction (a 422, not a warm-up)
+            await entry.encode_images([[1.0] * entry.manifest["dims"]["dim_image"]])
         entry.state = "ready"
         log.info(
             "model %s ready (%s, %s)", entry.name, engine.backend.name, ",".join(engine.backend.providers)

@@ -9,6 +9,15 @@ Each request carries one sentence (the common embedding call). The load generato
 with the server, so on a small box both numbers are pessimistic. Not a test: run it by hand.
 
     python benchmarks/http_load.py [--models DIR] [--seconds 3] [--concurrency 1 4 16 64]
+
+``--open-loop RATE...`` measures overload instead: requests are sent at a fixed rate whatever the server
+does (a new connection whenever none is idle), each latency counted from the request's scheduled send time,
+so a server that falls behind cannot hide it. A rate ``Nx`` is N times the saturation measured in the same
+run (closed loop, 64 clients or max_inflight if fewer). The table gives, per rate, the served (200)
+requests/s, the 429s by code, p50/p99 of the served and of the refused, with the idle latency (1 client) as
+the baseline.
+
+    python benchmarks/http_load.py --open-loop 2x [--seconds 10]
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -115,6 +125,143 @@ async def http_load(
     return len(lat) / elapsed, pct(lat, 50), pct(lat, 99), errors
 
 
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> tuple[int, bool, bytes]:
+    """One request on a keep-alive connection: (status, whether the server closes it, body)."""
+    writer.write(request)
+    status_line = await reader.readline()
+    if not status_line:
+        raise ConnectionResetError("closed by the server")
+    length, close = 0, False
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"connection":
+            close = value.strip().lower() == b"close"
+    return int(status_line.split()[1]), close, await reader.readexactly(length)
+
+
+async def open_loop(
+    url: str, rate: float, seconds: float, words: list[str], *, max_connections: int = 8192
+) -> dict[str, Any]:
+    """Send one-sentence requests at ``rate``/s for ``seconds``; latency from each scheduled send time."""
+    host, port = httpx.URL(url).host, httpx.URL(url).port
+    bodies = [json.dumps({"sentences": [s]}).encode() for s in sentences(words, 4096, seed=3)]
+    requests = [
+        b"POST /encode HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (host.encode(), len(body), body)
+        for body in bodies
+    ]
+    loop = asyncio.get_running_loop()
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    slots = asyncio.Semaphore(max_connections)
+    served: list[float] = []
+    refused: dict[str, list[float]] = {}
+    failed = 0
+    opened = 0
+    t0 = loop.time() + 0.1
+    end = t0 + seconds
+    served_in_window = 0
+
+    async def one(k: int, scheduled: float) -> None:
+        nonlocal failed, opened, served_in_window
+        async with slots:
+            conn = idle.pop() if idle else None
+            try:
+                if conn is None:
+                    conn = await asyncio.open_connection(host, port)
+                    opened += 1
+                status, close, body = await _exchange(*conn, requests[k % len(requests)])
+            except (OSError, asyncio.IncompleteReadError):
+                failed += 1
+                if conn is not None:
+                    conn[1].close()
+                return
+            done = loop.time()
+            if status == 200:
+                served.append(done - scheduled)
+                served_in_window += done <= end
+            else:
+                code = json.loads(body)["error"]["code"] if body.startswith(b"{") else str(status)
+                refused.setdefault(f"{status} {code}", []).append(done - scheduled)
+            if close:
+                conn[1].close()
+            else:
+                idle.append(conn)
+
+    tasks = []
+    for k in range(int(rate * seconds)):
+        scheduled = t0 + k / rate
+        if (delay := scheduled - loop.time()) > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(k, scheduled)))
+    _, pending = await asyncio.wait(tasks, timeout=60)
+    for t in pending:
+        t.cancel()
+    for _, writer in idle:
+        writer.close()
+    out: dict[str, Any] = {
+        "sent": len(tasks),
+        "served_rps": served_in_window / seconds,
+        "served": len(served),
+        "p50": pct(served, 50) if served else float("nan"),
+        "p99": pct(served, 99) if served else float("nan"),
+        "failed": failed,
+        "unfinished": len(pending),
+        "connections": opened,
+    }
+    rejected = [x for xs in refused.values() for x in xs]
+    out["rejected"] = len(rejected)
+    out["rej_p50"] = pct(rejected, 50) if rejected else float("nan")
+    out["rej_p99"] = pct(rejected, 99) if rejected else float("nan")
+    out["codes"] = ", ".join(f"{code}: {len(xs)}" for code, xs in sorted(refused.items())) or "-"
+    return out
+
+
+def run_open_loop(args: argparse.Namespace) -> None:
+    """Idle latency and saturation (closed loop), then each open-loop rate, on one server."""
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        model = args.models or (
+            published_size_model(tmp / "model") if args.published_size else ensure_demo_artifact()
+        )
+        env = {"LNSERVE_THREADS": str(args.threads), "LNSERVE_ACCESS_LOG": "false"}
+        srv = start_server(tmp, "--models", str(model), env=env)
+        try:
+            words = vocabulary(model)
+            limit = httpx.get(srv.url + "/info", timeout=60).json()["limits"].get("max_inflight", "none")
+            clients = min(64, limit) if isinstance(limit, int) else 64  # all admitted: no 429 is counted
+            idle = asyncio.run(http_load(srv.url, 1, args.seconds, words))
+            sat = asyncio.run(http_load(srv.url, clients, args.seconds, words))
+            rows = []
+            for given in args.open_loop:
+                rate = float(given[:-1]) * sat[0] if given.endswith("x") else float(given)
+                rows.append((given, rate, asyncio.run(open_loop(srv.url, rate, args.seconds, words))))
+        finally:
+            srv.stop()
+    print(
+        f"model: {model.name}   cores: {os.cpu_count()}   {args.seconds:.0f} s per cell, 1 sentence/request, "
+        f"max_inflight {limit}\n"
+    )
+    print(f"idle (1 client, closed loop): p50 {idle[1]:.1f} ms, p99 {idle[2]:.1f} ms, {idle[0]:,.0f} req/s")
+    sat_ms = f"p50 {sat[1]:.1f} ms, p99 {sat[2]:.1f} ms"
+    print(f"saturation ({clients} clients, closed loop): {sat[0]:,.0f} req/s, {sat_ms}\n")
+    print(
+        "| offered | req/s sent | served req/s | served p50 ms | served p99 ms | p99 / idle p50 "
+        "| 429s (by code) | 429 p50 ms | 429 p99 ms | failed / unfinished | connections |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    for given, rate, r in rows:
+        print(
+            f"| {given} | {rate:,.0f} | {r['served_rps']:,.0f} | {r['p50']:,.1f} | {r['p99']:,.1f} "
+            f"| {r['p99'] / idle[1]:,.1f} | {r['rejected']:,.0f} ({r['codes']}) | {r['rej_p50']:,.1f} "
+            f"| {r['rej_p99']:,.1f} | {r['failed']:.0f} / {r['unfinished']:.0f} | {r['connections']:.0f} |"
+        )
+
+
 def published_size_model(out: Path, *, n_in: int = 300, d: int = 1024, n_words: int = 5000) -> Path:
     """A random-weight LN-GRU order-embedding artifact at the published dims (300 -> 1024), so the model
     costs what a real one does; the demo model is so small that HTTP alone dominates."""
@@ -161,7 +308,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--threads", type=int, default=1, help="Intra-op threads for server and in-process.")
+    ap.add_argument(
+        "--open-loop",
+        nargs="+",
+        metavar="RATE",
+        help="Open-loop overload instead: requests/s, or Nx = N times the measured saturation (e.g. 2x).",
+    )
     args = ap.parse_args()
+    if args.open_loop:
+        run_open_loop(args)
+        return
 
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
@@ -172,6 +328,7 @@ def main() -> None:
             "LNSERVE_THREADS": str(args.threads),
             "LNSERVE_ACCESS_LOG": "false",
             "LNSERVE_MAX_QUEUE": "100000",
+            "LNSERVE_MAX_INFLIGHT": "100000",  # throughput, not admission control, is measured here
         }
         base = {c: in_process(model, c, args.seconds, args.threads) for c in args.concurrency}
         rows = []

@@ -13,7 +13,12 @@ import pytest
 
 from tests.e2e.rawhttp import RawConnection
 from tests.e2e.server import LiveServer, start_server
-from tests.support.crafted_models import SILENT_WORD, batch_of_one_model, silent_word_model
+from tests.support.crafted_models import (
+    SILENT_WORD,
+    batch_of_one_model,
+    silent_word_model,
+    zero_image_bias_model,
+)
 
 DIM_IMAGE = 120
 
@@ -22,7 +27,8 @@ DIM_IMAGE = 120
 def crafted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     tmp = tmp_path_factory.mktemp("crafted")
     silent, one = silent_word_model(tmp / "silent"), batch_of_one_model(tmp / "one")
-    srv = start_server(tmp, "--models", str(silent), "--models", str(one))
+    zero = zero_image_bias_model(tmp / "zero")
+    srv = start_server(tmp, "--models", str(silent), "--models", str(one), "--models", str(zero))
     yield srv
     srv.stop()
 
@@ -37,6 +43,14 @@ def _error(r: httpx.Response, status: int, code: str) -> str:
 @pytest.mark.parametrize("value", [3e38, 1e37, 1e20])
 def test_image_features_that_overflow_are_a_422_naming_the_row(crafted: LiveServer, value: float) -> None:
     body = {"model": "silent-word", "features": [[0.5] * DIM_IMAGE, [value] * DIM_IMAGE]}
+    r = httpx.post(crafted.url + "/encode/images", json=body, timeout=60)
+    assert _error(r, 422, "invalid_input").startswith("feature row 1 cannot be encoded")
+
+
+def test_a_zero_bias_model_warms_up_and_a_zero_row_is_a_422(crafted: LiveServer) -> None:
+    """The warm-up image must not be a row without a direction (it stopped such a model from loading)."""
+    assert httpx.get(crafted.url + "/ready").json()["models"]["zero-image-bias"] == "ready"
+    body = {"model": "zero-image-bias", "features": [[1.0] * DIM_IMAGE, [0.0] * DIM_IMAGE]}
     r = httpx.post(crafted.url + "/encode/images", json=body, timeout=60)
     assert _error(r, 422, "invalid_input").startswith("feature row 1 cannot be encoded")
 
@@ -88,7 +102,8 @@ def test_a_session_error_is_a_json_500_on_a_usable_connection_and_marks_the_mode
 
     ready = httpx.get(crafted.url + "/ready")
     assert ready.status_code == 503
-    assert ready.json()["models"] == {"silent-word": "ready", "batch-of-one": "failed"}
+    models = {"silent-word": "ready", "batch-of-one": "failed", "zero-image-bias": "ready"}
+    assert ready.json()["models"] == models
     assert ready.json()["errors"]["batch-of-one"].startswith("run time: ")
     health = httpx.get(crafted.url + "/health")
     assert health.status_code == 503 and health.json()["status"] == "failed"

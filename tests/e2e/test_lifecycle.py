@@ -74,6 +74,7 @@ def test_requests_cut_by_the_drain_deadline_get_a_json_503_and_the_process_exits
     10 requests queued behind a 6 s batching wait. None can finish in time."""
     drain_s = 2.0
     env = {"LNSERVE_DRAIN_TIMEOUT_S": str(drain_s), "LNSERVE_MAX_WAIT_MS": "6000"}
+    env["LNSERVE_MAX_INFLIGHT"] = "64"  # all 50 admitted
     srv = start_server(tmp_path, env=env, timeout=120)
     body = json.dumps({"sentences": ["a red circle on the left"]}).encode()
     slow = [RawConnection(srv.url, timeout=DEADLINE_S) for _ in range(40)]

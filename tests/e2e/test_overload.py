@@ -205,3 +205,12 @@ def test_large_invalid_json_is_a_422(keyed: LiveServer) -> None:
     raw = b'{"features": [' + b"[0.5]," * 20_000 + b"]"  # truncated
     r = httpx.post(keyed.url + "/encode/images", content=raw, headers={**AUTH, **JSON}, timeout=60)
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
+
+
+def test_a_client_gone_in_the_middle_of_a_large_body_is_a_499_not_an_error(narrow: LiveServer) -> None:
+    with RawConnection(narrow.url) as conn:
+        conn.send_head("POST", "/encode", JSON, 1 << 20)
+        conn.sock.sendall(b'{"sentences": ["a red circle')
+    labels = '{method="POST",route="/encode",status="499"}'
+    _wait_for(lambda: _metric(narrow, "lnserve_requests_total", labels) == 1.0, "the request recorded as 499")
+    assert "unhandled error" not in narrow.log() and "Traceback" not in narrow.log()

@@ -12,10 +12,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file, save_file
 
+from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.app.training.demo import ensure_demo_artifact
 from lnserve.converters.artifact import MANIFEST, WEIGHTS, write_json
 from lnserve.converters.hashing import sha256_file
-from lnserve.converters.onnx_export import export_onnx
 
 SILENT_WORD = "red"  # in the silent-word model, a sentence of only this word keeps a zero state
 
@@ -113,4 +113,15 @@ def unbuildable_model(out: Path) -> Path:
     rel = manifest["onnx"]["graphs"]["sentence"]["file"]
     (out / rel).write_bytes(b"this is not an ONNX graph")
     _rehash(out, rel)
+    return out
+
+
+def zero_image_bias_model(out: Path) -> Path:
+    """The demo model with a zero image-projection bias (as a checkpoint may have): an all-zero feature row
+    projects to the zero vector, which has no direction."""
+    _copy_demo(out, "zero-image-bias")
+    t = load_file(str(out / WEIGHTS))
+    t["image.proj.bias"] = np.zeros_like(t["image.proj.bias"])
+    save_file(t, str(out / WEIGHTS))
+    _rehash(out, WEIGHTS)
     return out
