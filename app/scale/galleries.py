@@ -1,9 +1,15 @@
 """``ShardedGalleries``: what the routes see as ``app.state.galleries`` in a Ray replica.
 
-It has the ``GalleryStore`` methods the routes and the demo gallery use, with the same arguments, results
-and errors, so the routes run unchanged. Reads fan out to every shard in parallel (a query is encoded once,
-by the replica, and each shard returns its exact top-k, merged by ``scale.merge``); writes go to the
-coordinator (shard 0). Methods are synchronous, like the store's: the routes call them in worker threads.
+It implements ``GalleryStoreAPI`` (``lnserve.app.galleries.protocol``: everything the app's lifespan, routes
+and demo gallery use) with the same arguments, results and errors as ``GalleryStore``, so the app runs
+unchanged. Reads fan out to every shard in parallel (a query is encoded once, by the replica, and each shard
+returns its exact top-k, merged by ``scale.merge``); writes go to the coordinator (shard 0). Methods are
+synchronous, like the store's: the app calls them in worker threads.
+
+Start-up and faults behave as one store's, per shard: leftovers of interrupted creates and removes are
+cleaned and every gallery is verified on every shard; a gallery whose part on any shard is damaged is
+quarantined as a whole (listed as a ``CorruptGallery`` with that shard's reason, 503 ``gallery_corrupt`` on
+every use: ``shards.raise_first``).
 
 Errors are the store's own (raised by the shards); the engine adds one (see ``app.errors`` for the tree):
 
@@ -12,17 +18,22 @@ Errors are the store's own (raised by the shards); the engine adds one (see ``ap
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lnserve.app.galleries.errors import GalleryNotFoundError, ItemNotFoundError
-from lnserve.app.galleries.store import MAX_K, GalleryInfo, ModelRef
+from lnserve.app.galleries.store import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo, ModelRef
 from lnserve.app.scale.merge import merge_results
-from lnserve.app.scale.shards import GALLERIES_APP, shard_name
+from lnserve.app.scale.shard_store import shard_label
+from lnserve.app.scale.shards import GALLERIES_APP, raise_first, shard_name
 from lnserve.converters.errors import LnserveError
+
+if TYPE_CHECKING:
+    from lnserve.app.galleries.protocol import GalleryStoreAPI
 
 CALL_TIMEOUT_S = 300.0
 
@@ -77,11 +88,44 @@ class ShardedGalleries:
         return self._value(_result(response))
 
     @staticmethod
-    def _first_error(values: list[Any]) -> None:
-        """Shard 0's error first: it is the authority on whether a gallery exists."""
-        for v in values:
-            if isinstance(v, BaseException):
-                raise v
+    def _merge_entries(per_shard: list[list[GalleryEntry]]) -> list[GalleryEntry]:
+        """One entry per gallery of shard 0 (the authority on which exist; a part left on another shard
+        by a create that never committed is not a gallery): the live items of every shard, and quarantined
+        when any shard's part is, with every damaged part's reason."""
+        by_shard = [{g.name: g for g in entries} for entries in per_shard]
+        out: list[GalleryEntry] = []
+        for first in per_shard[0]:
+            parts = [entries[first.name] for entries in by_shard if first.name in entries]
+            infos = [p if isinstance(p, GalleryInfo) else p.info for p in parts]
+            count = sum(i.count for i in infos if i is not None)
+            bad = [p for p in parts if isinstance(p, CorruptGallery)]
+            if isinstance(first, GalleryInfo) and not bad:
+                out.append(dataclasses.replace(first, count=count))
+                continue
+            info = infos[0]
+            out.append(
+                CorruptGallery(
+                    first.name,
+                    "; ".join(p.reason for p in bad),
+                    None if info is None else dataclasses.replace(info, count=count),
+                )
+            )
+        return out
+
+    # -- start-up -----------------------------------------------------------------------------------
+    def clean_leftovers(self) -> list[str]:
+        """Every shard's leftovers of interrupted creates and removes, deleted; named ``SHARD/NAME``."""
+        values = self._everywhere("clean_leftovers")
+        raise_first(values)
+        n = len(self.handles)
+        return [f"{shard_label(i, n)}/{name}" for i, names in enumerate(values) for name in names]
+
+    def verify_all(self) -> list[GalleryEntry]:
+        """``verify_all`` on every shard (in parallel), merged: a gallery damaged on any shard is listed as
+        a ``CorruptGallery`` (and every shard that found it refuses it from now on)."""
+        values = self._everywhere("verify_all")
+        raise_first(values)
+        return self._merge_entries(values)
 
     # -- galleries ----------------------------------------------------------------------------------
     def create(self, name: str, *, kind: str, model: ModelRef, exist_ok: bool = False) -> GalleryInfo:
@@ -90,18 +134,15 @@ class ShardedGalleries:
     def get(self, name: str) -> GalleryInfo:
         """Shard 0's identity of the gallery, with the live items of every shard."""
         values = self._everywhere("get", name)
-        self._first_error(values[:1])
+        raise_first(values, tolerate=(GalleryNotFoundError,))
         count = sum(v.count for v in values if isinstance(v, GalleryInfo))
         return dataclasses.replace(values[0], count=count)
 
-    def list(self) -> list[GalleryInfo]:
+    def list(self) -> list[GalleryEntry]:
+        """Shard 0's galleries, with the live items of every shard; quarantined ones as ``CorruptGallery``."""
         values = self._everywhere("list")
-        self._first_error(values)
-        counts: dict[str, int] = {}
-        for infos in values:
-            for g in infos:
-                counts[g.name] = counts.get(g.name, 0) + g.count
-        return [dataclasses.replace(g, count=counts[g.name]) for g in values[0]]
+        raise_first(values)
+        return self._merge_entries(values)
 
     def remove(self, name: str) -> None:
         self._coordinate("remove", name)
@@ -116,7 +157,7 @@ class ShardedGalleries:
         payloads: Sequence[Any] | None = None,
         kind: str | None = None,
         model: ModelRef | None = None,
-    ) -> list[str]:
+    ) -> builtins.list[str]:  # `list` is the method from here on
         """All or none on one shard, durable before it returns (as ``GalleryStore.add_items``)."""
         return self._coordinate(  # type: ignore[no-any-return]
             "add_items", name, np.asarray(vectors), ids=None if ids is None else list(ids),
@@ -128,14 +169,10 @@ class ShardedGalleries:
 
     def get_item(self, name: str, item_id: str, *, with_vector: bool = False) -> dict[str, Any]:
         values = self._everywhere("get_item", name, item_id, with_vector=with_vector)
-        if isinstance(values[0], GalleryNotFoundError):
-            raise values[0]
+        raise_first(values, tolerate=(ItemNotFoundError, GalleryNotFoundError))
         for v in values:
             if isinstance(v, dict):
                 return v
-        for v in values:
-            if isinstance(v, BaseException) and not isinstance(v, ItemNotFoundError | GalleryNotFoundError):
-                raise v
         raise ItemNotFoundError(f"gallery {name!r} has no item {item_id!r}")
 
     # -- search -------------------------------------------------------------------------------------
@@ -146,8 +183,13 @@ class ShardedGalleries:
         values = self._everywhere(
             "search_placed", name, np.asarray(queries), k, query_kind=query_kind, model=model
         )
-        self._first_error(values)
+        raise_first(values, tolerate=(GalleryNotFoundError,))
         k = min(int(k), MAX_K)
         direction = values[0]["score"]["direction"]
-        results = merge_results([v["results"] for v in values], k, direction)
+        parts = [v["results"] for v in values if not isinstance(v, BaseException)]
+        results = merge_results(parts, k, direction)
         return {"gallery": name, "score": values[0]["score"], "results": results}
+
+
+if TYPE_CHECKING:  # a type checker proves the facade implements the app's store interface
+    _CONFORMS: type[GalleryStoreAPI] = ShardedGalleries

@@ -189,11 +189,14 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
 def _install_demo_gallery(shards: int) -> None:
     """Once, from here, before the replicas start (each would otherwise race to build it)."""
     from lnserve.app.galleries.demo import install_demo_gallery
+    from lnserve.app.galleries.errors import GalleryCorruptError
     from lnserve.app.scale.galleries import ShardedGalleries
 
     try:
         info = install_demo_gallery(ShardedGalleries.connect(shards))
         log.info("demo gallery %s ready (%d images)", info.name, info.count)
+    except GalleryCorruptError as exc:  # quarantined (listed with its reason), as in one process
+        log.error("demo gallery not installed: %s", exc)
     except Exception:  # a convenience, as in one process: never fail serving over it
         log.exception("could not install the demo gallery")
 

@@ -28,9 +28,14 @@ PLACEMENT = "placement.sqlite"
 _SQL_VARS = 500
 
 
+def shard_label(index: int, count: int) -> str:
+    """Shard ``index`` of ``count`` by its folder's name, as fault reasons name it (where to repair)."""
+    return f"shard-{index}-of-{count}"
+
+
 def shard_root(root: Path | str, index: int, count: int) -> Path:
     """Where shard ``index`` of ``count`` keeps its galleries, under the service's gallery root."""
-    return Path(root).expanduser() / f"shard-{index}-of-{count}"
+    return Path(root).expanduser() / shard_label(index, count)
 
 
 class ShardStore(GalleryStore):
@@ -41,10 +46,18 @@ class ShardStore(GalleryStore):
         with self._db(name) as db:
             return _counters(db)[0]
 
-    def prepare(self, name: str, ids: Sequence[str]) -> tuple[int, list[str]]:
-        """Committed rows, and which of ``ids`` this shard already holds (the coordinator's checks)."""
+    def prepare(
+        self, name: str, ids: Sequence[str], *, kind: str | None = None, model: ModelRef | None = None
+    ) -> tuple[int, list[str]]:
+        """Committed rows, and which of ``ids`` this shard already holds: the coordinator's checks before a
+        write, on every shard. This shard's part is verified (GalleryCorruptError: the whole gallery
+        refuses the write, as one store does) and ``kind`` / ``model`` are checked against it
+        (GalleryMismatchError; a gallery made before model identities adopts the model's identity)."""
         with self._db(name) as db:
-            return _counters(db)[0], _existing_ids(db, list(ids))
+            state = self._open(name, db)
+            taken = _existing_ids(db, list(ids))
+        self._check_model(name, state.info, kind=kind, model=model)
+        return state.n_rows, taken
 
     def add_placed(
         self,

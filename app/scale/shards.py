@@ -7,24 +7,30 @@ and it decides where a batch goes and what its global start is. It keeps no stat
 is in the shards' stores), so Serve can restart it at any time.
 
 Errors cross the process boundary as values (``("error", exc)``), re-raised by the caller, so an
-``LnserveError`` reaches the HTTP error handler exactly as it would in one process.
+``LnserveError`` reaches the HTTP error handler exactly as it would in one process. A gallery is quarantined
+as a whole: a fault in any shard's part refuses every read and write of it (``raise_first``), and its reason
+names the shard's folder (``... (in shard-1-of-2)``), where ``lnserve gallery check / repair`` runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from lnserve.app.galleries.errors import (
     DuplicateItemError,
+    GalleryCorruptError,
     GalleryNotFoundError,
     ItemNotFoundError,
 )
+from lnserve.app.galleries.store import CorruptGallery, GalleryEntry, GalleryInfo
 from lnserve.app.gallery_ops import warm_scorer
-from lnserve.app.scale.shard_store import ShardStore, shard_root
+from lnserve.app.scale.shard_store import ShardStore, shard_label, shard_root
 from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.scale.shards")
@@ -34,7 +40,7 @@ Outcome = tuple[str, Any]  # ("ok", value) or ("error", LnserveError)
 # store methods a replica (or the coordinator) may call on a shard: reads, and the placed write
 SHARD_METHODS = frozenset(
     {"get", "list", "get_item", "search_placed", "rows", "prepare", "add_placed", "create", "remove",
-     "delete_item", "global_positions"}
+     "delete_item", "global_positions", "clean_leftovers", "verify_all"}
 )  # fmt: skip
 COORDINATOR_METHODS = frozenset({"create", "remove", "add_items", "delete_item"})
 
@@ -43,16 +49,38 @@ def shard_name(index: int) -> str:
     return f"shard-{index}"
 
 
+def raise_first(values: Sequence[Any], *, tolerate: tuple[type[BaseException], ...] = ()) -> None:
+    """Raise the error that one store would, of one call's outcomes by shard (errors as values).
+
+    Shard 0 is the authority on whether a gallery exists, so its GalleryNotFoundError comes first; then a
+    fault of any shard's part (the gallery is quarantined as a whole, and one store checks its files before
+    anything else); then the other errors in shard order, but the ``tolerate``d ones (a gallery not found
+    on another shard is a create or remove in progress there: that part counts as empty; an item not found
+    on one shard may be on another).
+    """
+    if isinstance(values[0], GalleryNotFoundError):
+        raise values[0]
+    corrupt = next((v for v in values if isinstance(v, GalleryCorruptError)), None)
+    if corrupt is not None:
+        raise corrupt
+    for v in values:
+        if isinstance(v, BaseException) and not isinstance(v, tolerate):
+            raise v
+
+
 class GalleryShard:
     """Shard ``index`` of ``count``; shard 0 gets handles to the others and coordinates writes."""
 
     def __init__(self, index: int, count: int, root: str, scorer: str | None, *peers: Any) -> None:
         self.index, self.count = index, count
+        self.label = shard_label(index, count)
         self.store = ShardStore(shard_root(root, index, count), scorer=scorer)
         self.peers = list(peers)  # DeploymentHandles of shards 1..count-1 (shard 0 only)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        for leftover in self.store.clean_leftovers():  # a restarted shard: what its crash left
+            log.info("removed %s left in %s by an interrupted create or remove", leftover, self.store.root)
         galleries = self.store.list()
-        if any(g.metric == "order_violation" for g in galleries):
+        if any(isinstance(g, GalleryInfo) and g.metric == "order_violation" for g in galleries):
             warm_scorer(self.store)
         log.info("shard %d/%d at %s: %d galleries", index, count, self.store.root, len(galleries))
 
@@ -63,11 +91,24 @@ class GalleryShard:
             return "error", LnserveError(f"shard method {method!r} is not allowed")
         try:
             value = await asyncio.to_thread(getattr(self.store, method), *args, **kwargs)
+        except GalleryCorruptError as exc:
+            return "error", GalleryCorruptError(exc.gallery, self._where(exc.reason))
         except LnserveError as exc:
             return "error", exc
         if method == "create" and value.metric == "order_violation":
             warm_scorer(self.store)
+        if method in ("list", "verify_all"):
+            value = [self._located(g) for g in value]
         return "ok", value
+
+    def _where(self, reason: str) -> str:
+        return f"{reason} (in {self.label})"
+
+    def _located(self, entry: GalleryEntry) -> GalleryEntry:
+        """A quarantined gallery's reason names this shard."""
+        if isinstance(entry, CorruptGallery):
+            return dataclasses.replace(entry, reason=self._where(entry.reason))
+        return entry
 
     async def describe(self) -> dict[str, Any]:
         return {"index": self.index, "count": self.count, "root": str(self.store.root)}
@@ -105,12 +146,11 @@ class GalleryShard:
     async def _create(self, name: str, **kwargs: Any) -> Any:
         """Shard 0 is the commit point: the gallery exists once shard 0 has it. The others are created
         first, replacing any leftover of a create or remove that died half-way."""
-        try:
-            await self._on(0, "get", name)
-        except GalleryNotFoundError:
-            pass
-        else:
-            return await self._on(0, "create", name, **kwargs)  # exists: the store's own 409 (or exist_ok)
+        found = await self._everywhere("get", name)
+        if not isinstance(found[0], GalleryNotFoundError):
+            raise_first(found, tolerate=(GalleryNotFoundError,))  # a damaged part: 503, as one store
+            info = await self._on(0, "create", name, **kwargs)  # exists: the store's own 409 (or exist_ok)
+            return dataclasses.replace(info, count=sum(v.count for v in found if isinstance(v, GalleryInfo)))
         for i in range(1, self.count):
             with contextlib.suppress(GalleryNotFoundError):
                 await self._on(i, "remove", name)
@@ -127,23 +167,22 @@ class GalleryShard:
         """The whole batch goes to the shard with the fewest rows, at global start = rows committed on all
         shards; ids must be new on every shard. All or none, durable before it returns (one store commit)."""
         ids = kwargs.get("ids") or []
-        found = await self._everywhere("prepare", name, ids)
-        for value in found:
-            if isinstance(value, BaseException) and not isinstance(value, GalleryNotFoundError):
-                raise value
-        if isinstance(found[0], BaseException):
-            raise found[0]
+        checks = {"kind": kwargs.get("kind"), "model": kwargs.get("model")}  # on every shard's part
+        found = await self._everywhere("prepare", name, ids, **checks)
+        raise_first(found, tolerate=(GalleryNotFoundError,))
+        present = [i for i, v in enumerate(found) if not isinstance(v, BaseException)]
         counts = [v[0] if not isinstance(v, BaseException) else 0 for v in found]
         taken = [i for v in found if not isinstance(v, BaseException) for i in v[1]]
         if taken:
             raise DuplicateItemError(
                 f"gallery {name!r} already has item(s) {', '.join(map(repr, taken[:5]))}"
             )
-        target = min(range(self.count), key=lambda i: (counts[i], i))
+        target = min(present, key=lambda i: (counts[i], i))
         return await self._on(target, "add_placed", name, vectors, global_start=sum(counts), **kwargs)  # type: ignore[no-any-return]
 
     async def _delete_item(self, name: str, item_id: str) -> None:
-        await self._on(0, "get", name)  # GalleryNotFoundError first, as the store does
+        found = await self._everywhere("get", name)  # not found, or a damaged part: first, as one store
+        raise_first(found, tolerate=(GalleryNotFoundError,))
         for i in range(self.count):
             try:
                 await self._on(i, "delete_item", name, item_id)

@@ -3,9 +3,10 @@
 
 Covered here (the shared HTTP and retrieval suites also run against a Ray-served instance): golden parity,
 sharded retrieval equal to one store (same ids, scores and tie order), a write through one replica read
-through the other, metrics summed over replicas, and a replica killed with SIGKILL under load (every request
-answered 200 or 503, or failed in transit and so never acknowledged; every acknowledged item still there; the
-replica replaced).
+through the other, metrics summed over replicas, a gallery damaged on one shard before start-up quarantined
+as a whole while the rest serves (and what crashed creates left on each shard cleaned), and a replica killed
+with SIGKILL under load (every request answered 200 or 503, or failed in transit and so never acknowledged;
+every acknowledged item still there; the replica replaced).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import httpx
 import numpy as np
 import pytest
 
+from lnserve.app.galleries.store import ModelRef
+from lnserve.app.scale.shard_store import ShardStore, shard_root
+from lnserve.converters.artifact import read_artifact
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import LiveServer, start_server
 
@@ -41,12 +45,41 @@ def ray_args(*extra: str) -> tuple[str, ...]:
     return (*RAY_ARGS, *extra)
 
 
+LEFTOVERS = (".x.creating-crashed", ".y.removed-0")
+
+
+def _plant(root: Path, artifact: Path) -> None:
+    """What the Ray service finds at start-up: galleries ``intact`` and ``rotten`` (items 0-3 on shard 0,
+    4-7 on shard 1, as the coordinator places two batches), a bit flipped in ``rotten``'s rows on shard 1
+    (only the start-up verification can find it), and what crashed creates and removes left on each shard."""
+    ref = ModelRef.from_artifact(read_artifact(artifact))
+    vecs = np.abs(np.random.default_rng(0).normal(size=(8, ref.dim))).astype(np.float32)
+    for name in ("intact", "rotten"):
+        parts = [ShardStore(shard_root(root, i, 2), scorer="numpy") for i in range(2)]
+        for part in reversed(parts):  # shard 0 last: the commit point
+            part.create(name, kind="images", model=ref)
+        for i, part in enumerate(parts):
+            rows = range(4 * i, 4 * i + 4)
+            part.add_placed(name, vecs[rows], ids=[f"{name}-{j}" for j in rows], payloads=None, model=ref,
+                            global_start=4 * i)  # fmt: skip
+    rotten = shard_root(root, 1, 2) / "rotten" / "vectors.f32"
+    data = bytearray(rotten.read_bytes())
+    data[4 * ref.dim + 3] ^= 0x10  # row 1 of the part (item rotten-5)
+    rotten.write_bytes(bytes(data))
+    for i in range(2):
+        for leftover in LEFTOVERS:
+            (shard_root(root, i, 2) / leftover).mkdir()
+        (shard_root(root, i, 2) / LEFTOVERS[0] / "write.lock").touch()
+
+
 @pytest.fixture(scope="module")
 def servers(
     artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[LiveServer, LiveServer]]:
     models = [a for name in MODELS for a in ("--models", str(artifacts[name]))]
-    ray = start_server(tmp_path_factory.mktemp("ray"), *ray_args(*models), env=ENV, timeout=300)
+    ray_tmp = tmp_path_factory.mktemp("ray")
+    _plant(ray_tmp / "galleries", artifacts[MODELS[0]])
+    ray = start_server(ray_tmp, *ray_args(*models), env=ENV, timeout=300)
     try:
         single = start_server(tmp_path_factory.mktemp("single"), *models, env=ENV)
     except BaseException:
@@ -177,6 +210,45 @@ def test_metrics_are_summed_over_replicas(ray_client: httpx.Client) -> None:
     answered = {_replica(ray_client.post("/encode", json={"sentences": [f"dog {i}"]})) for i in range(20)}
     assert encoded() - before == 20
     assert len(answered) == 2  # both replicas served some: the sum covers both
+
+
+def test_a_gallery_damaged_on_one_shard_is_quarantined_while_the_rest_serves(
+    servers: tuple[LiveServer, LiveServer], ray_client: httpx.Client
+) -> None:
+    listed = {g["name"]: g for g in _ok(ray_client.get("/galleries"))["galleries"]}
+    summary = {g["name"]: g for g in _ok(ray_client.get("/info"))["galleries"]}
+    for entry in (listed["rotten"], summary["rotten"]):
+        assert entry["state"] == "corrupt", entry
+        assert "rows 0-3 do not match their checksum" in entry["reason"], entry  # the part's own rows
+        assert entry["reason"].endswith("(in shard-1-of-2)"), entry  # where to check and repair
+    assert listed["intact"]["state"] == "ok" and listed["intact"]["count"] == 8
+    assert summary["rotten"]["count"] == 8  # what could still be read, of both shards
+    item = {"items": [{"id": "new", "image": IMAGES[0].tolist()}]}
+    calls = [  # the part on shard 0 (items rotten-0..3) is refused too: the gallery is one
+        ray_client.post("/retrieve", json={"gallery": "rotten", "query": {"text": "a dog"}}),
+        ray_client.post("/galleries/rotten/items", json=item),
+        ray_client.get("/galleries/rotten"),
+        ray_client.get("/galleries/rotten/items/rotten-0"),
+        ray_client.delete("/galleries/rotten/items/rotten-1"),
+        ray_client.post(
+            "/retrieve", json={"gallery": "intact", "query": {"id": "rotten-0", "gallery": "rotten"}}
+        ),
+    ]
+    for r in calls:
+        assert r.status_code == 503, (r.request.url, r.text)
+        error = r.json()["error"]
+        assert error["code"] == "gallery_corrupt" and error["request_id"], error
+        assert "do not match their checksum" in error["message"], error
+        assert error["message"].endswith("(in shard-1-of-2)"), error
+    out = _ok(ray_client.post("/retrieve", json={"gallery": "intact", "query": {"text": "a dog"}, "k": 8}))
+    assert sorted(h["id"] for h in out["results"]) == [f"intact-{j}" for j in range(8)]
+    assert _ok(ray_client.post("/galleries/intact/items", json=item))["count"] == 9
+    root = Path(servers[0].log_path).parent / "galleries"
+    assert not [p for i in range(2) for p in shard_root(root, i, 2).iterdir() if p.name in LEFTOVERS]
+    deadline = time.monotonic() + 60  # replica log lines reach the driver's log asynchronously
+    while "gallery rotten is corrupt and quarantined" not in servers[0].log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "gallery rotten is corrupt and quarantined" in servers[0].log()
 
 
 def test_replica_killed_under_load(ray_client: httpx.Client) -> None:
