@@ -311,8 +311,11 @@ def top_k(
     best_pos = np.zeros((q.shape[0], 0), dtype=np.int64)
     for start in range(0, n_items, rows):
         block = items[start : start + rows]
-        keys = score_block(q, block, metric, query_side=query_side, kernel=kernel).astype(np.float32)
-        keys *= sign  # selection always keeps the smallest keys
+        keys = score_block(q, block, metric, query_side=query_side, kernel=kernel).astype(
+            np.float32, copy=False
+        )
+        if sign != 1:
+            keys *= sign  # selection always keeps the smallest keys
         if valid is not None:
             keys[:, ~valid[start : start + block.shape[0]]] = np.inf
         best_keys, best_pos = _merge(best_keys, best_pos, keys, start, k)
@@ -329,7 +332,19 @@ def _merge(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Keep the k smallest (key, position) pairs of the running best plus this block, stably."""
     n_queries, n = keys.shape
-    if n > k:
+    if best_keys.shape[1] == k:  # k found already: only keys below a query's k-th best can enter
+        below = keys < best_keys[:, -1:]  # an equal key comes later, so it loses the tie
+        counts = below.sum(axis=1)
+        width = int(counts.max())
+        if width == 0:
+            return best_keys, best_pos
+        rows, cols = np.nonzero(below)  # row-major: each row's columns ascend
+        slot = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        cand_keys = np.full((n_queries, width), np.inf, dtype=np.float32)  # padding sorts last
+        cand_pos = np.zeros((n_queries, width), dtype=np.int64)
+        cand_keys[rows, slot] = keys[rows, cols]
+        cand_pos[rows, slot] = cols + offset
+    elif n > k:
         kth = np.partition(keys, k - 1, axis=1)[:, k - 1 : k]
         mask = keys <= kth
         if (mask.sum(axis=1) == k).all():  # common case, no ties at the boundary: fully vectorised
