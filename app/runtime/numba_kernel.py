@@ -151,14 +151,24 @@ _i_full, _i_rows1, _i_query1, _i_one = (
 def _scan_py(queries, items, out, start, stop, tile, caption, one):
     """Scores rows ``start:stop`` of ``items`` (n, D) against ``queries`` (Q, D) into ``out`` (Q, n).
 
-    All three arrays are C-contiguous float32; ``one`` is 1.0. Rows are walked in tiles of ``tile``; each
-    tile is scored against every query block while it sits in L2.
+    All three arrays are C-contiguous float32; ``one`` is 1.0. With a few queries the rows are read in
+    order, one at a time (row blocks would interleave four 4 KiB streams: 19.6 vs 31 GB/s on one core);
+    otherwise they are walked in tiles of ``tile``, each scored against every query block while it sits in
+    L2.
     """
     n_queries, dim = queries.shape
     n = out.shape[1]
     qp = _data(queries)
     vp = _data(items)
     op = _data(out)
+    if n_queries < QUERY_BLOCK:  # memory-bound: one row after another keeps the prefetchers streaming
+        for j in range(start, stop):
+            for qi in range(n_queries):
+                if caption:
+                    _c_one(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
+                else:
+                    _i_one(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
+        return
     for t0 in range(start, stop, tile):
         t1 = min(stop, t0 + tile)
         qi = 0
