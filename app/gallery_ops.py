@@ -27,9 +27,10 @@ _warm_started = threading.Lock()  # held forever once the warm-up has started: i
 def warm_scorer(store: GalleryStore) -> None:
     """Build the order-violation kernel in a daemon thread, once an order gallery exists (startup or create).
 
-    Building it may mean torch.compile (~20 s on a cold inductor cache), far too long for ``/ready`` to wait,
-    so readiness does not include it; a daemon thread never delays shutdown either. A query arriving first
-    waits for the kernel in its worker thread, never on the event loop. Later calls do nothing.
+    Building it JIT-compiles the numba kernel (~5 s cold, under 1 s from numba's cache), too long for
+    ``/ready`` to wait, so readiness does not include it; a daemon thread never delays shutdown either. A
+    query arriving first waits for the kernel in its worker thread, never on the event loop. Later calls do
+    nothing.
     """
     if not _warm_started.acquire(blocking=False):
         return

@@ -45,8 +45,10 @@ def recurrent_parts(artifact: Artifact) -> dict[str, tuple[str, dict[str, np.nda
 
 
 def build_graphs(
-    artifact: Artifact, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_FORM
+    artifact: Artifact, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_FORM, check: bool = True
 ) -> dict[str, onnx.ModelProto]:
+    """Every graph of the artifact; ``check=False`` skips ``onnx.checker`` for graphs that go straight to
+    onnxruntime (see ``build_recurrent_encoder_graph``)."""
     partial = artifact.partial_rms
     if partial != 1.0:
         raise OnnxModelError(
@@ -54,7 +56,9 @@ def build_graphs(
             "serve this model with the torch backend"
         )
     graphs = {
-        part: build_recurrent_encoder_graph(cell, weights, opset=opset, form=_form_for(cell, form))
+        part: build_recurrent_encoder_graph(
+            cell, weights, opset=opset, form=_form_for(cell, form), check=check
+        )
         for part, (cell, weights) in recurrent_parts(artifact).items()
     }
     if artifact.family == "order-embedding":

@@ -5,18 +5,19 @@ against all queries, the block's best k per query are picked by partial selectio
 sort) and merged with the running best. Ties are broken by gallery position (insertion order), so results
 are deterministic.
 
-Two kernels compute the order violation ``E(c, v) = sum_k max(0, c_k - v_k)^2``:
+Two kernels compute the order violation ``E(c, v) = sum_k max(0, c_k - v_k)^2``, with bit-identical floats:
 
-* ``numpy``: per query, subtract / clamp / squared-sum in an L2-sized scratch buffer (always available); the
-  chunks are spread over one thread per core (numpy releases the GIL), which halves latency on 2 cores;
-* ``compiled``: the same expression fused into one vectorised loop by ``torch.compile`` (needs a C compiler;
-  the first call compiles for ~20 s, later processes reuse inductor's on-disk cache). It scans at memory
-  bandwidth for one query. Gallery rows are the outer loop and queries the inner one, so a batch reads each
-  row from memory once (queries-outer re-streamed the 32 MiB block per query: 32 queries cost 6.8 x one).
-  A batch is then bound by the single-accumulator reduction inductor emits (~4.8 x one query at 1M items);
-  splitting the accumulator changes the floats, so it is not done.
+* ``numba`` (``numba_kernel.py``): a hand-tiled kernel in explicit 16-lane vectors, blocked over queries and
+  gallery rows so a tile of rows is scored against every query from cache; JIT-compiled by numba (no C
+  compiler needed, cached on disk, built in the background). One query scans at memory bandwidth; a batch
+  is bound by the ALUs.
+* ``numpy``: the same arithmetic in the same order with numpy ufuncs on transposed L2-sized chunks (for
+  platforms without numba); several passes per query instead of one, so a batch is slower.
 
-Both kernels give bit-identical scores to their previous versions (same per-pair arithmetic).
+The summation order is fixed (lane ``l`` of 16 sums dims ``l, l + 16, ...``, lanes folded pairwise): it is
+the order the former torch.compile kernel used on AVX-512 hosts, so scores are bit-identical to it, and it no
+longer depends on the CPU's vector width. It is not numpy's einsum order (``scoring.order_violation``, used
+by evaluation), which differs in the last bit for about half the pairs.
 
 Not done, measured: lower-bound pruning (score only the m dims where the query is largest, fully score only
 items whose partial score can still beat the running k-th best). On the benchmark's random non-negative unit
@@ -24,16 +25,17 @@ vectors (dim 1024, 100k items) it pruned nothing for m <= 128; m = 384 pruned ~9
 queries but none for image queries, at a third of the full cost plus a column gather. It is data-dependent and
 never cheaper than the worst case here, so the scan stays exhaustive.
 
-The ``scorer`` setting (``LNSERVE_SCORER``) picks one (``auto`` = compiled when a C compiler is present, else
-numpy); a compiled kernel that fails to build falls back to numpy with a warning.
+``LNSERVE_SCORER`` picks one (``auto`` = numba when it imports, else numpy; ``compiled`` is an alias of
+``numba``); a numba kernel that fails to build falls back to numpy with a warning.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
-import shutil
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -57,7 +59,8 @@ METRICS: dict[str, dict[str, str]] = {
     },
     "cosine": {"direction": "higher_is_better", "meaning": "cosine similarity (1 = identical direction)"},
 }
-SCORERS = ("auto", "compiled", "numpy")
+SCORERS = ("auto", "numba", "numpy", "compiled")
+LANES = 16  # the fixed summation order: 16 lanes of partial sums (see numba_kernel)
 _BLOCK_FLOATS = 1 << 23  # gallery floats scored per block (32 MiB of float32) before top-k selection
 
 
@@ -87,99 +90,127 @@ class Kernel(Protocol):
         ...
 
 
-class NumpyKernel:
-    """Per query: three in-cache passes over an L2-sized scratch buffer; no (Q, n, D) temporary.
+class _RowSplit:
+    """Spreads a block's gallery rows over one thread per core in contiguous runs (the kernels release the
+    GIL); a run's scores do not depend on the split, so threads never change the floats."""
 
-    The chunks are split into one contiguous run per CPU core (numpy releases the GIL in ufuncs and einsum),
-    each thread with its own scratch; chunk boundaries do not depend on the split, so the floats are identical
-    to a single-threaded scan."""
+    def __init__(self, threads: int | None) -> None:
+        self.threads = max(1, threads or min(8, os.cpu_count() or 1))
+        self._pool: ThreadPoolExecutor | None = None
+
+    def run(self, scan: Callable[[int, int], None], n: int, unit: int) -> None:
+        """Calls ``scan(start, stop)`` over ``range(n)`` in runs that are multiples of ``unit`` rows."""
+        runs = min(self.threads, -(-n // unit))
+        if runs <= 1:
+            scan(0, n)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="lnserve-scan")
+        per = -(-n // runs // unit) * unit
+        for f in [self._pool.submit(scan, s, min(n, s + per)) for s in range(0, n, per)]:
+            f.result()
+
+
+class NumbaKernel:
+    """The hand-tiled numba kernel (see ``numba_kernel``); building it compiles every variant (~5 s cold,
+    well under 1 s from numba's on-disk cache) and checks it against ``NumpyKernel`` bit for bit."""
+
+    name = "numba"
+
+    def __init__(self, threads: int | None = None) -> None:
+        from lnserve.app.runtime import numba_kernel
+
+        self._nk = numba_kernel
+        self._split = _RowSplit(threads)
+        numba_kernel.warm()
+        rng = np.random.default_rng(0)
+        probe_q = rng.random((5, 37), dtype=np.float32)
+        probe_v = rng.random((9, 37), dtype=np.float32)
+        for side in ("caption", "image"):
+            got = self.order_violation(probe_q, probe_v, side)  # type: ignore[arg-type]
+            want = NumpyKernel(threads=1).order_violation(probe_q, probe_v, side)  # type: ignore[arg-type]
+            if not np.array_equal(got, want):
+                raise RuntimeError("numba order-violation kernel disagrees with numpy")
+
+    def order_violation(self, queries: np.ndarray, items: np.ndarray, query_side: Side) -> np.ndarray:
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        v = np.ascontiguousarray(items, dtype=np.float32)  # a gallery block is already one: no copy
+        out = np.empty((q.shape[0], v.shape[0]), dtype=np.float32)
+        if out.size == 0:
+            return out
+        tile = self._nk.tile_rows(v.shape[1])
+        caption = query_side == "caption"
+        self._split.run(lambda a, b: self._nk.scan(q, v, out, a, b, tile, caption), v.shape[0], 2 * tile)
+        return out
+
+
+class NumpyKernel:
+    """The numba kernel's arithmetic and order with numpy ufuncs, for platforms without numba.
+
+    Each chunk of rows is copied once into lane order, (dim / 16, rows, 16): 16-dim groups outermost, so
+    ``np.add.reduce`` over axis 0 adds the groups one after another into (rows, 16) lanes exactly as the
+    numba kernel does, in long contiguous loops; the queries share the copy. Per query: subtract, clamp,
+    square, reduce, then the lanes are folded pairwise. Rows are spread over one thread per core."""
 
     name = "numpy"
 
     def __init__(self, threads: int | None = None) -> None:
-        self.threads = max(1, threads or min(8, os.cpu_count() or 1))
-        self._pool: ThreadPoolExecutor | None = None
+        self._split = _RowSplit(threads)
 
     def order_violation(self, queries: np.ndarray, items: np.ndarray, query_side: Side) -> np.ndarray:
+        q = np.ascontiguousarray(queries, dtype=np.float32)
         n, dim = items.shape
-        rows = max(8, (1 << 17) // max(dim, 1))  # ~512 KiB scratch: stays in L2
-        out = np.empty((queries.shape[0], n), dtype=np.float32)
-        starts = list(range(0, n, rows))
-        runs = min(self.threads, len(starts))
-        if runs <= 1:
-            self._scan(queries, items, query_side, starts, rows, out)
+        out = np.empty((q.shape[0], n), dtype=np.float32)
+        if out.size == 0:
             return out
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="lnserve-scan")
-        per = -(-len(starts) // runs)
-        futures = [
-            self._pool.submit(self._scan, queries, items, query_side, starts[i : i + per], rows, out)
-            for i in range(0, len(starts), per)
-        ]
-        for f in futures:
-            f.result()
+        rows = max(8, (1 << 15) // max(dim, 1))  # ~128 KiB chunks: the copy and the scratch stay in L2
+        self._split.run(lambda a, b: self._scan(q, items, query_side == "caption", a, b, rows, out), n, rows)
         return out
 
     @staticmethod
     def _scan(
-        queries: np.ndarray, items: np.ndarray, side: Side, starts: list[int], rows: int, out: np.ndarray
+        queries: np.ndarray,
+        items: np.ndarray,
+        caption: bool,
+        start: int,
+        stop: int,
+        rows: int,
+        out: np.ndarray,
     ) -> None:
-        buf = np.empty((min(rows, items.shape[0]), items.shape[1]), dtype=np.float32)
-        for start in starts:
-            chunk = items[start : start + rows]
-            b = buf[: chunk.shape[0]]
+        groups, tail = divmod(items.shape[1], LANES)
+        full = groups * LANES
+        rows = min(rows, stop - start)
+        lanes = np.empty((groups, rows, LANES), dtype=np.float32)
+        scratch = np.empty_like(lanes)
+        acc = np.empty((rows, LANES), dtype=np.float32)
+        spread = [  # each query repeated along the rows, so the subtraction runs in one contiguous loop
+            np.ascontiguousarray(np.broadcast_to(q[:full].reshape(groups, 1, LANES), lanes.shape))
+            for q in queries
+        ]
+        for s in range(start, stop, rows):
+            chunk = np.asarray(items[s : min(stop, s + rows)], dtype=np.float32)
+            m = chunk.shape[0]
+            lane_m, b, acc_m = lanes[:, :m], scratch[:, :m], acc[:m]
+            np.copyto(lane_m, chunk[:, :full].reshape(m, groups, LANES).transpose(1, 0, 2))
             for qi, q in enumerate(queries):
-                if side == "caption":
-                    np.subtract(q, chunk, out=b)
+                if caption:
+                    np.subtract(spread[qi][:, :m], lane_m, out=b)
                 else:
-                    np.subtract(chunk, q, out=b)
+                    np.subtract(lane_m, spread[qi][:, :m], out=b)
                 np.maximum(b, np.float32(0), out=b)
-                out[qi, start : start + chunk.shape[0]] = np.einsum("ij,ij->i", b, b)
-
-
-class CompiledKernel:
-    """``torch.compile`` fuses subtract, clamp, square and sum into one loop over the gallery block."""
-
-    name = "compiled"
-
-    def __init__(self) -> None:
-        import torch
-
-        # (n, Q) output, gallery rows outer and queries inner: each gallery row is read from memory once and
-        # scored against every query while it sits in L1 (queries-outer re-streamed the block per query, so a
-        # batch of 32 cost ~6.5 x one query). The per-pair loop over D is unchanged: identical floats.
-        def caption_side(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return (q[None, :, :] - v[:, None, :]).clamp_min(0).square().sum(-1)
-
-        def image_side(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return (v[:, None, :] - q[None, :, :]).clamp_min(0).square().sum(-1)
-
-        self._torch = torch
-        self._fns = {
-            "caption": torch.compile(caption_side, dynamic=True),
-            "image": torch.compile(image_side, dynamic=True),
-        }
-        probe_q = np.array([[0.5, 0.1, 0.0]], dtype=np.float32)
-        probe_v = np.array([[0.2, 0.3, 0.0], [0.0, 0.0, 0.0]], dtype=np.float32)
-        for side in ("caption", "image"):  # build both now so a compiler failure surfaces here
-            got = self.order_violation(probe_q, probe_v, side)  # type: ignore[arg-type]
-            want = NumpyKernel().order_violation(probe_q, probe_v, side)  # type: ignore[arg-type]
-            if not np.allclose(got, want, atol=1e-6):
-                raise RuntimeError("compiled order-violation kernel disagrees with numpy")
-
-    def order_violation(self, queries: np.ndarray, items: np.ndarray, query_side: Side) -> np.ndarray:
-        torch = self._torch
-        with torch.no_grad():
-            q = torch.from_numpy(np.ascontiguousarray(queries))
-            v = torch.from_numpy(_writable_view(items))
-            return self._fns[query_side](q, v).numpy().T
-
-
-def _writable_view(a: np.ndarray) -> np.ndarray:
-    """torch.from_numpy warns on read-only arrays; galleries are mapped copy-on-write, other inputs copied."""
-    if a.flags.writeable and a.flags.c_contiguous:
-        return a
-    return np.array(a, dtype=np.float32, order="C")
+                np.multiply(b, b, out=b)
+                if groups:
+                    np.add.reduce(b, axis=0, out=acc_m)
+                else:
+                    acc_m.fill(0)
+                if tail:  # dims full + l go last into lanes l
+                    t = q[full:] - chunk[:, full:] if caption else chunk[:, full:] - q[full:]
+                    np.maximum(t, np.float32(0), out=t)
+                    acc_m[:, :tail] += t * t
+                folded = acc_m
+                for width in (8, 4, 2, 1):  # lane l += lane l + width
+                    folded = folded[:, :width] + folded[:, width : 2 * width]
+                out[qi, s : s + m] = folded[:, 0]
 
 
 _kernels: dict[str, Kernel] = {}
@@ -192,15 +223,17 @@ def get_kernel(name: str | None = None) -> Kernel:
     name = (name or "auto").lower()
     if name not in SCORERS:
         raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(SCORERS)}")
+    if name == "compiled":  # the former torch.compile kernel's name; numba replaced it
+        name = "numba"
     if name == "auto":
-        name = "compiled" if (shutil.which("cc") or shutil.which("gcc")) else "numpy"
+        name = "numba" if importlib.util.find_spec("numba") is not None else "numpy"
     with _kernel_lock:
         if name not in _kernels:
-            if name == "compiled":
+            if name == "numba":
                 try:
-                    _kernels[name] = CompiledKernel()
-                except Exception as exc:  # no compiler, inductor failure: stay correct, just slower
-                    log.warning("compiled scorer unavailable (%s); using numpy", exc)
+                    _kernels[name] = NumbaKernel()
+                except Exception as exc:  # numba missing or broken on this platform: stay correct, slower
+                    log.warning("numba scorer unavailable (%s); using numpy", exc)
                     _kernels[name] = NumpyKernel()
             else:
                 _kernels[name] = NumpyKernel()
@@ -277,12 +310,26 @@ def top_k(
     sign = np.float32(-1.0 if METRICS[metric]["direction"] == "higher_is_better" else 1.0)
     best_keys = np.full((q.shape[0], 0), np.inf, dtype=np.float32)
     best_pos = np.zeros((q.shape[0], 0), dtype=np.int64)
-    for start in range(0, n_items, rows):
+
+    def scores(start: int) -> np.ndarray:
         block = items[start : start + rows]
-        keys = score_block(q, block, metric, query_side=query_side, kernel=kernel).astype(np.float32)
-        keys *= sign  # selection always keeps the smallest keys
+        return score_block(q, block, metric, query_side=query_side, kernel=kernel).astype(
+            np.float32, copy=False
+        )
+
+    starts = range(0, n_items, rows)
+    ahead = _prefetch_pool().submit(scores, starts[0]) if len(starts) > 1 else None
+    for i, start in enumerate(starts):  # block i + 1 is scored while block i is merged
+        if ahead is None:
+            keys = scores(start)
+        else:
+            keys = ahead.result()
+            ahead = _prefetch_pool().submit(scores, starts[i + 1]) if i + 1 < len(starts) else None
+        block_len = keys.shape[1]
+        if sign != 1:
+            keys *= sign  # selection always keeps the smallest keys
         if valid is not None:
-            keys[:, ~valid[start : start + block.shape[0]]] = np.inf
+            keys[:, ~valid[start : start + block_len]] = np.inf
         best_keys, best_pos = _merge(best_keys, best_pos, keys, start, k)
     out_pos, out_scores = [], []
     for keys_row, pos_row in zip(best_keys, best_pos, strict=True):
@@ -292,12 +339,38 @@ def top_k(
     return TopK(out_pos, out_scores, metric)
 
 
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _prefetch_pool() -> ThreadPoolExecutor:
+    """Threads that score a search's next block while the caller merges the current one (the merge is
+    serial numpy; without the overlap the kernel's cores idle through it, ~15% of a 32-query scan)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max(2, os.cpu_count() or 1), thread_name_prefix="lnserve-topk")
+        return _pool
+
+
 def _merge(
     best_keys: np.ndarray, best_pos: np.ndarray, keys: np.ndarray, offset: int, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Keep the k smallest (key, position) pairs of the running best plus this block, stably."""
     n_queries, n = keys.shape
-    if n > k:
+    if best_keys.shape[1] == k:  # k found already: only keys below a query's k-th best can enter
+        below = keys < best_keys[:, -1:]  # an equal key comes later, so it loses the tie
+        counts = below.sum(axis=1)
+        width = int(counts.max())
+        if width == 0:
+            return best_keys, best_pos
+        rows, cols = np.nonzero(below)  # row-major: each row's columns ascend
+        slot = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        cand_keys = np.full((n_queries, width), np.inf, dtype=np.float32)  # padding sorts last
+        cand_pos = np.zeros((n_queries, width), dtype=np.int64)
+        cand_keys[rows, slot] = keys[rows, cols]
+        cand_pos[rows, slot] = cols + offset
+    elif n > k:
         kth = np.partition(keys, k - 1, axis=1)[:, k - 1 : k]
         mask = keys <= kth
         if (mask.sum(axis=1) == k).all():  # common case, no ties at the boundary: fully vectorised

@@ -44,12 +44,13 @@ class RecurrentCell(Protocol):
 
 
 def build_recurrent_encoder_graph(
-    cell: str, weights: Mapping[str, np.ndarray], *, opset: int = 18, form: str = "scan"
+    cell: str, weights: Mapping[str, np.ndarray], *, opset: int = 18, form: str = "scan", check: bool = True
 ) -> onnx.ModelProto:
     """Build the encoder graph of one recurrent part from its weights (module naming, PyTorch layout).
 
     form: "scan" (ONNX Scan, dynamic T), "loop" (ONNX Loop, dynamic T; the same maths), or "native" (the ONNX
-    GRU op, plain gru only). All are exact to float32 rounding.
+    GRU op, plain gru only). All are exact to float32 rounding. ``check``: run ``onnx.checker`` (see
+    ``make_model``).
     """
     check_options(cell, form, opset)
     n_in, d = encoder_dims(weights)
@@ -61,7 +62,7 @@ def build_recurrent_encoder_graph(
         seqs = rnn.hoisted_inputs(g, X)
         every_h = scan_every_state(g, rnn, seqs) if form == "scan" else loop_every_state(g, rnn, seqs)
         h = gather_last_valid(g, every_h, d)
-    return encoder_model(g, cell, h, t_dim="T", n_in=n_in, d=d, opset=opset)
+    return encoder_model(g, cell, h, t_dim="T", n_in=n_in, d=d, opset=opset, check=check)
 
 
 def check_options(cell: str, form: str, opset: int) -> None:
@@ -173,7 +174,15 @@ def gather_last_valid(g: GraphBuilder, every_h: str, d: int) -> str:
 
 
 def encoder_model(
-    g: GraphBuilder, cell: str, h: str, *, t_dim: int | str, n_in: int, d: int, opset: int
+    g: GraphBuilder,
+    cell: str,
+    h: str,
+    *,
+    t_dim: int | str,
+    n_in: int,
+    d: int,
+    opset: int,
+    check: bool = True,
 ) -> onnx.ModelProto:
     """Name the result ``h`` and wrap the graph with its inputs ``x (T, B, n_in)`` and ``lengths (B,)``."""
     g.nodes.append(helper.make_node("Identity", [h], [H], name="output_h"))
@@ -184,4 +193,4 @@ def encoder_model(
         [value_info(H, TensorProto.FLOAT, ["B", d])],
         list(g.inits.values()),
     )
-    return make_model(graph, opset)
+    return make_model(graph, opset, check=check)

@@ -137,3 +137,20 @@ def test_fp16_profile_keeps_norm_statistics_in_fp32(name: str, artifacts: dict[s
     assert fp16.backend.precision == "fp16"
     drift = float(np.abs(fp16.encode_sentences(sents, pretokenized=True) - fp32).max())
     assert 0 < drift < 5e-3, drift
+
+
+def test_serving_builds_recurrent_graphs_without_the_onnx_checker(
+    artifacts: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start the in-memory graphs go straight to onnxruntime, which validates them; the checker would
+    re-serialise every weight (~0.2 s of CPU per start at skip-thoughts' published size)."""
+    import onnx
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("onnx.checker ran while building a session")
+
+    monkeypatch.setattr(onnx.checker, "check_model", refuse)
+    engine = Engine.open(artifacts["skipthoughts_lngru"], backend="onnx")
+    assert set(engine.backend.sessions) == {"uni", "bi_fwd", "bi_bwd"}
+    vectors = engine.encode_sentences(["a dog sitting on a table"])
+    assert vectors.shape == (1, engine.output_dim) and np.isfinite(vectors).all()

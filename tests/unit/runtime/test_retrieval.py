@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lnserve.app.runtime.retrieval import CompiledKernel, NumpyKernel, score_info, top_k
+from lnserve.app.runtime.retrieval import NumbaKernel, NumpyKernel, get_kernel, score_info, top_k
 from lnserve.app.runtime.scoring import error_matrix
 from tests.conftest import OE_MODELS, golden
 
@@ -95,28 +97,110 @@ def test_random_batches_with_mask_match_a_full_sort() -> None:
             np.testing.assert_allclose(scores, row[want], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(
-    not (shutil.which("cc") or shutil.which("gcc")), reason="torch.compile needs a C compiler"
-)
-def test_compiled_kernel_matches_numpy() -> None:
-    rng = np.random.default_rng(3)
-    items = np.abs(rng.standard_normal((300, 32))).astype(np.float32)
-    queries = np.abs(rng.standard_normal((5, 32))).astype(np.float32)
-    compiled = CompiledKernel()
-    for side in ("caption", "image"):
-        np.testing.assert_allclose(
-            compiled.order_violation(queries, items, side),  # type: ignore[arg-type]
-            NUMPY.order_violation(queries, items, side),  # type: ignore[arg-type]
-            rtol=1e-5,
-            atol=1e-6,
-        )
+def _lane_reference(queries: np.ndarray, items: np.ndarray, side: str) -> np.ndarray:
+    """The canonical float order, spelled out: lane l sums dims l, l + 16, ... one at a time (the last
+    dim % 16 dims go to lanes 0, 1, ...), then lanes l and l + 8, l + 4, l + 2, l + 1 are added."""
+    diff = queries[:, None, :] - items[None] if side == "caption" else items[None] - queries[:, None, :]
+    sq = np.maximum(diff, np.float32(0)) ** 2
+    acc = np.zeros((*sq.shape[:2], 16), dtype=np.float32)
+    full = sq.shape[2] // 16 * 16
+    for d in range(0, full, 16):
+        acc += sq[:, :, d : d + 16]
+    acc[:, :, : sq.shape[2] - full] += sq[:, :, full:]
+    for width in (8, 4, 2, 1):
+        acc = acc[:, :, :width] + acc[:, :, width : 2 * width]
+    return acc[:, :, 0]
+
+
+_NUMBA = NumbaKernel()
 
 
 def _kernels() -> list:
-    kernels = [NUMPY, NumpyKernel(threads=1), NumpyKernel(threads=3)]
-    if shutil.which("cc") or shutil.which("gcc"):
-        kernels.append(CompiledKernel())
-    return kernels
+    return [NUMPY, NumpyKernel(threads=1), NumpyKernel(threads=3), _NUMBA, NumbaKernel(threads=1),
+            NumbaKernel(threads=3)]  # fmt: skip
+
+
+@pytest.mark.parametrize("side", ["caption", "image"])
+def test_kernels_follow_the_lane_order_bit_for_bit(side: str) -> None:
+    rng = np.random.default_rng(3)
+    shapes = ((1024, 5, 600), (37, 9, 203), (16, 4, 4), (5, 1, 3), (1, 3, 2), (33, 1, 1), (8, 2, 0))
+    for dim, n_queries, n_items in shapes:
+        items = np.abs(rng.standard_normal((n_items, dim))).astype(np.float32)
+        queries = np.abs(rng.standard_normal((n_queries, dim))).astype(np.float32)
+        want = _lane_reference(queries, items, side)
+        for kernel in _kernels():
+            got = kernel.order_violation(queries, items, side)
+            assert got.dtype == np.float32 and got.shape == want.shape
+            assert np.array_equal(got, want), (kernel.name, dim, n_queries, n_items)
+
+
+def test_numba_kernel_reads_read_only_memory_maps(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    items = rng.random((300, 64), dtype=np.float32)
+    np.save(tmp_path / "g.npy", items)
+    mapped = np.load(tmp_path / "g.npy", mmap_mode="r")  # read-only, as a gallery opened for reading
+    queries = rng.random((6, 64), dtype=np.float32)
+    for side in ("caption", "image"):
+        got = _NUMBA.order_violation(queries, mapped[10:290], side)  # type: ignore[arg-type]
+        assert np.array_equal(got, _lane_reference(queries, items[10:290], side))
+
+
+def test_scorer_names() -> None:
+    assert get_kernel("numba").name == "numba"
+    assert get_kernel("compiled") is get_kernel("numba")  # the former torch.compile kernel's name
+    assert get_kernel("auto").name == "numba"  # numba is a dependency, so auto finds it
+    assert get_kernel("numpy").name == "numpy"
+    with pytest.raises(ValueError, match="unknown scorer"):
+        get_kernel("fortran")
+
+
+def _former_compiled_kernel() -> Callable[[np.ndarray, np.ndarray, str], np.ndarray]:
+    """The torch.compile kernel this module used before numba, as it was written."""
+    import torch
+
+    def caption_side(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (q[None, :, :] - v[:, None, :]).clamp_min(0).square().sum(-1)
+
+    def image_side(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (v[:, None, :] - q[None, :, :]).clamp_min(0).square().sum(-1)
+
+    fns = {
+        "caption": torch.compile(caption_side, dynamic=True),
+        "image": torch.compile(image_side, dynamic=True),
+    }
+
+    def order_violation(queries: np.ndarray, items: np.ndarray, side: str) -> np.ndarray:
+        with torch.no_grad():
+            return fns[side](torch.from_numpy(queries), torch.from_numpy(items)).numpy().T
+
+    return order_violation
+
+
+def _avx512() -> bool:
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+@pytest.mark.skipif(
+    not (shutil.which("cc") or shutil.which("gcc")), reason="torch.compile needs a C compiler"
+)
+def test_scores_are_bit_identical_to_the_former_compiled_kernel() -> None:
+    """The order is the one torch.compile emitted with 16-lane (AVX-512) vectors; with AVX2 it used 8 lanes,
+    so on such hosts the former scores differed in the last bit and only the lane reference applies."""
+    if not _avx512():
+        pytest.skip("the former kernel used 16 lanes only on AVX-512 hosts")
+    former = _former_compiled_kernel()
+    rng = np.random.default_rng(6)
+    for dim, n_queries, n_items in ((1024, 32, 700), (1024, 1, 300), (37, 5, 64)):
+        items = rng.random((n_items, dim), dtype=np.float32)
+        items /= np.linalg.norm(items, axis=1, keepdims=True)
+        queries = rng.random((n_queries, dim), dtype=np.float32)
+        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+        for side in ("caption", "image"):
+            want = former(queries, items, side)
+            for kernel in (_NUMBA, NUMPY):
+                assert np.array_equal(kernel.order_violation(queries, items, side), want), (kernel.name, dim)
 
 
 def _full_scan(queries: np.ndarray, items: np.ndarray, k: int, side: str) -> tuple[np.ndarray, np.ndarray]:
