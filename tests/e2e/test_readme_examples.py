@@ -49,8 +49,8 @@ EXCLUDED = {
     "tests/unit/training",
     "# needs network access": "downloads from the published hosts, and tests have no internet; pull itself "
     "is tested against a local HTTP server in tests/e2e/test_pull.py",
-    "# needs a Ray cluster or several GPUs": "these run until stopped on hardware the tests lack; `serve --ray` "
-    "itself (2 replicas, 2 shards, on a local Ray instance) is tested end to end in tests/e2e/test_ray.py",
+    "# needs a Ray cluster or several GPUs": "these run until stopped on hardware the tests lack; "
+    "`serve --ray` itself (2 replicas, 2 shards, a local Ray instance) is tested in tests/e2e/test_ray.py",
     "# needs docker": "no docker daemon in the test environment; the Dockerfile and the compose file are "
     "checked by tests/e2e/test_deploy_files.py",
 }
