@@ -7,7 +7,7 @@ coordinator (shard 0). Methods are synchronous, like the store's: the routes cal
 
 Errors are the store's own (raised by the shards); the engine adds one (see ``app.errors`` for the tree):
 
-└── ShardUnavailableError  (shard_unavailable, 503)  a shard did not answer (restarting, node lost)
+└── ShardUnavailableError  (shard_unavailable)  a shard did not answer (restarting, node lost)
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ class ShardUnavailableError(LnserveError):
     """A gallery shard did not answer (restarting, its node lost): retry after ``Retry-After``."""
 
     code = "shard_unavailable"
-    http_status = 503
 
 
 def _result(response: Any) -> tuple[str, Any]:
