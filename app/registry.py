@@ -18,9 +18,9 @@ import numpy as np
 
 from lnserve.app.batcher import BatchLimits, BatchObserver, MicroBatcher
 from lnserve.app.errors import ModelNotFoundError, NotReadyError, SentenceTooLongError, TooManySentencesError
-from lnserve.app.galleries.store import ModelRef
 from lnserve.app.runtime.engine import Engine, bad_rows, nonfinite_error
 from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.settings import InvalidSettingError, Settings
 from lnserve.converters.artifact import MANIFEST
 from lnserve.converters.errors import ArtifactError, UserInputError
@@ -41,9 +41,9 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
     """
     dirs = [d for given in settings.models for d in _artifact_dirs(Path(given))]
     if not settings.models:
-        from lnserve.app.training.demo import ensure_demo_artifact
+        from lnserve.app.galleries.demo import shipped_demo
 
-        dirs = [ensure_demo_artifact()]
+        dirs = [shipped_demo().path]
     out: list[tuple[str, Path, dict[str, Any]]] = []
     for d in dirs:
         try:

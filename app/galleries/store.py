@@ -57,9 +57,9 @@ from lnserve.app.galleries.errors import (
     GalleryNotFoundError,
     ItemNotFoundError,
 )
+from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
-from lnserve.converters.artifact import FAMILIES, MANIFEST, model_identity, unexported_manifest_sha256
-from lnserve.converters.hashing import sha256_file
+from lnserve.converters.artifact import FAMILIES
 
 log = logging.getLogger("lnserve.galleries")
 
@@ -83,42 +83,6 @@ def default_root() -> Path:
     """``~/.local/share/lnserve/galleries``: the root when none is given (``LNSERVE_GALLERIES_DIR`` is read
     by ``lnserve.app.settings.Settings``, whose ``galleries_dir`` callers pass)."""
     return Path.home() / ".local" / "share" / "lnserve" / "galleries"
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """The identity of the model that embeds a gallery's items: queries must come from the same one."""
-
-    name: str
-    identity: str  # converters.artifact.model_identity: weights, vocabulary, cell, options
-    family: str
-    method: str
-    dim: int
-    manifest_sha256: str = ""  # of manifest.json now (recorded with new galleries, for information)
-    legacy_pins: frozenset[str] = frozenset()  # manifest sha256s galleries made before identities pinned
-
-    @classmethod
-    def from_artifact(cls, artifact: Any) -> ModelRef:
-        m = artifact.manifest
-        method = "cosine" if artifact.family == "skip-thoughts" else m["options"]["method"]
-        manifest_sha = sha256_file(artifact.path / MANIFEST)
-        before_export = unexported_manifest_sha256(m)
-        return cls(
-            name=artifact.name,
-            identity=model_identity(m),
-            family=artifact.family,
-            method=method,
-            dim=int(m["dims"]["output_dim"]),
-            manifest_sha256=manifest_sha,
-            legacy_pins=frozenset(p for p in (manifest_sha, before_export) if p),
-        )
-
-    def matches(self, info: GalleryInfo) -> bool:
-        """Whether this model made the gallery's vectors: the same identity; for a gallery made before
-        identities existed, the manifest it pinned is this model's (now, or before ``lnserve export``)."""
-        if info.model_identity is not None:
-            return info.model_identity == self.identity
-        return info.model_sha256 in self.legacy_pins
 
 
 def same_model(a: GalleryInfo, b: GalleryInfo) -> bool:

@@ -19,9 +19,10 @@ from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.galleries.store import GalleryInfo, GalleryStore, ModelRef, same_model
+from lnserve.app.galleries.store import GalleryInfo, GalleryStore, same_model
 from lnserve.app.gallery_ops import encode_inputs, model_for
 from lnserve.app.registry import ModelEntry
+from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.schemas_retrieval import (
     IdQuery,
     ImageQuery,

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from lnserve.app.galleries.errors import GalleryNotFoundError, ItemNotFoundError
-from lnserve.app.galleries.store import MAX_K, GalleryInfo, ModelRef
+from lnserve.app.galleries.store import MAX_K, GalleryInfo
+from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.scale.merge import merge_results
 from lnserve.app.scale.shards import GALLERIES_APP, shard_name
 from lnserve.converters.errors import LnserveError
