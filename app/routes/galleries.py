@@ -18,9 +18,9 @@ from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.gallery_ops import encode_inputs, model_for, warm_scorer
+from lnserve.app.routes.gallery_helpers import encode_inputs, model_for, warm_scorer
 from lnserve.app.schemas import ErrorBody
-from lnserve.app.schemas_retrieval import (
+from lnserve.app.schemas.retrieval import (
     GalleryCreate,
     GalleryList,
     GalleryOut,

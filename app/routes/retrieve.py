@@ -20,10 +20,10 @@ from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
 from lnserve.app.galleries.store import GalleryInfo, GalleryStore, same_model
-from lnserve.app.gallery_ops import encode_inputs, model_for
 from lnserve.app.registry import ModelEntry
+from lnserve.app.routes.gallery_helpers import encode_inputs, model_for
 from lnserve.app.runtime.model_ref import ModelRef
-from lnserve.app.schemas_retrieval import (
+from lnserve.app.schemas.retrieval import (
     IdQuery,
     ImageQuery,
     Query,

@@ -23,7 +23,7 @@ from lnserve.app.galleries.errors import (
     GalleryNotFoundError,
     ItemNotFoundError,
 )
-from lnserve.app.gallery_ops import warm_scorer
+from lnserve.app.routes.gallery_helpers import warm_scorer
 from lnserve.app.scale.shard_store import ShardStore, shard_root
 from lnserve.converters.errors import LnserveError
 

@@ -252,7 +252,7 @@ def test_one_gallery_name_rule_matched_whole_by_store_and_schema() -> None:
     from pydantic import ValidationError
 
     from lnserve.app.galleries.store import check_gallery_name
-    from lnserve.app.schemas_retrieval import GalleryCreate
+    from lnserve.app.schemas.retrieval import GalleryCreate
 
     for bad in ("evil\n", "a\nb", "", ".hidden", "a" * 129, "x/y"):
         with pytest.raises(GalleryInputError):

@@ -1,6 +1,6 @@
 """Request and response bodies of the gallery and retrieval routes (``/galleries``, ``/retrieve``).
 
-Kept apart from ``lnserve.app.schemas`` (encoding) because these describe stored items and ranked results;
+Kept apart from ``lnserve.app.schemas.encode`` because these describe stored items and ranked results;
 both modules share the conventions: ``extra="forbid"`` on requests, limits stated in the schema where static.
 """
 
