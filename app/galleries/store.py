@@ -474,7 +474,7 @@ class GalleryStore:
         self._check_model(name, info, kind=kind, model=model)
         vecs = _as_matrix(vectors, info.dim, what="item vectors", limit=None)
         n = vecs.shape[0]
-        ids = [uuid.uuid4().hex for _ in range(n)] if ids is None else [_check_id(i) for i in ids]
+        ids = [new_item_id() for _ in range(n)] if ids is None else [_check_id(i) for i in ids]
         payload_json = [None] * n if payloads is None else [_dump_payload(p) for p in payloads]
         if len(ids) != n or len(payload_json) != n:
             raise GalleryInputError(f"{n} vectors but {len(ids)} ids and {len(payload_json)} payloads")
@@ -1124,14 +1124,30 @@ def _pin(info: GalleryInfo) -> str:
     return f"manifest sha256 {info.model_sha256[:12]}"
 
 
+def new_item_id() -> str:
+    """A random item id (32 hex digits) for an item added without one: the one definition (store, routes)."""
+    return uuid.uuid4().hex
+
+
+def check_image_query(info: GalleryInfo) -> None:
+    """The one statement of the rule that an image query needs a captions gallery (image->image is not an
+    order-embedding score); the retrieve route applies it before encoding, the store before scanning.
+
+    Raises:
+        GalleryMismatchError: the gallery holds images.
+    """
+    if info.kind == "images":
+        raise GalleryMismatchError(
+            f"gallery {info.name!r} holds images: query it with captions (image->image is not defined)"
+        )
+
+
 def _query_side(info: GalleryInfo, query_kind: str) -> Side:
     """The slot of E(caption, image) the query fills: caption->images, image->captions, caption->captions."""
     if query_kind not in KINDS:
         raise GalleryInputError(f"query kind must be one of {', '.join(KINDS)}, got {query_kind!r}")
-    if query_kind == "images" and info.kind == "images":
-        raise GalleryMismatchError(
-            f"gallery {info.name!r} holds images: query it with captions (image->image is not defined)"
-        )
+    if query_kind == "images":
+        check_image_query(info)
     if query_kind == "images" and info.family == "skip-thoughts":
         raise GalleryMismatchError("skip-thoughts models have no image encoder")
     return "image" if query_kind == "images" else "caption"
@@ -1151,6 +1167,8 @@ __all__ = [
     "ModelRef",
     "RepairReport",
     "check_gallery_name",
+    "check_image_query",
     "default_root",
+    "new_item_id",
     "same_model",
 ]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lnserve.app.runtime.retrieval import CompiledKernel, NumpyKernel, score_info, top_k
-from lnserve.app.runtime.scoring import error_matrix
+from lnserve.app.runtime.scoring import error_matrix, order_violation
 from tests.conftest import OE_MODELS, golden
 
 NUMPY = NumpyKernel()
@@ -120,13 +120,8 @@ def _kernels() -> list:
 
 
 def _full_scan(queries: np.ndarray, items: np.ndarray, k: int, side: str) -> tuple[np.ndarray, np.ndarray]:
-    """Plain reference: the whole (Q, N) matrix in float32, stable sort."""
-    diff = (
-        queries[:, None, :] - items[None, :, :]
-        if side == "caption"
-        else items[None, :, :] - queries[:, None, :]
-    )
-    errs = (np.maximum(diff, 0) ** 2).sum(-1, dtype=np.float32)
+    """Plain reference: the whole (Q, N) matrix of the reference formula in float32, stable sort."""
+    errs = order_violation(queries, items) if side == "caption" else order_violation(items, queries).T
     order = np.argsort(errs, axis=1, kind="stable")[:, :k]
     return order, np.take_along_axis(errs, order, 1)
 
