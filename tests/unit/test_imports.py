@@ -1,5 +1,10 @@
 """Imports follow the data flow (models <- converters <- runtime <- app): each module is imported in a fresh
-interpreter and ``sys.modules`` is inspected, so a stray import anywhere in the chain shows up."""
+interpreter and ``sys.modules`` is inspected, so a stray import anywhere in the chain shows up.
+
+Every package has its row: models imports nothing of lnserve; converters imports models; the runtime those
+two; the gallery store and the schemas the runtime; training and pull (producers of artifacts for the CLI)
+the layers below; the service (main, routes, registry, batcher, scale) anything but the producers.
+"""
 
 from __future__ import annotations
 
@@ -91,6 +96,23 @@ def test_import_direction(module: str, forbidden: tuple[str, ...]) -> None:
     assert _offenders(_loaded_after_import(module), forbidden) == []
 
 
+BELOW_APP = ("lnserve.app.runtime", "lnserve.converters", "lnserve.models")
+
+
+@pytest.mark.parametrize(
+    ("package", "allowed"),
+    [
+        ("lnserve.app.galleries", ("lnserve.app.galleries", *BELOW_APP)),
+        ("lnserve.app.schemas", ("lnserve.app.schemas", "lnserve.app.galleries", *BELOW_APP)),
+        ("lnserve.app.training", ("lnserve.app.training", *BELOW_APP)),
+        ("lnserve.app.pull", ("lnserve.app.pull", *BELOW_APP)),
+    ],
+)
+def test_app_packages_import_only_what_is_below_them(package: str, allowed: tuple[str, ...]) -> None:
+    loaded = _loaded_after_import(package, whole_package=True)
+    assert _lnserve_outside(loaded, *allowed) == []
+
+
 def test_gallery_store_and_registry_do_not_import_each_other() -> None:
     """The model identity galleries pin (``ModelRef``) lives in the runtime, so neither needs the other."""
     assert _offenders(_loaded_after_import("lnserve.app.galleries.store"), ("lnserve.app.registry",)) == []
@@ -104,10 +126,10 @@ PRODUCERS = (
 
 
 def test_the_service_loads_no_producer() -> None:
-    """Building the service (main, routes, registry, batcher) loads neither training nor pull."""
-    loaded = _loaded_after_import("lnserve.app.main") | _loaded_after_import(
-        "lnserve.app.routes", whole_package=True
-    )
+    """Building the service (main, routes, registry, batcher, Ray scale-out) loads no producer."""
+    loaded = _loaded_after_import("lnserve.app.main")
+    for package in ("lnserve.app.routes", "lnserve.app.scale"):
+        loaded |= _loaded_after_import(package, whole_package=True)
     assert {"lnserve.app.registry", "lnserve.app.batcher", "lnserve.app.routes.encode"} <= loaded
     assert _offenders(loaded, PRODUCERS) == []
 
