@@ -41,7 +41,6 @@ class QueueFullError(LnserveError):
     """The model's queue is full: retry after ``retry_after`` seconds."""
 
     code = "queue_full"
-    http_status = 429
 
     def __init__(self, message: str, *, retry_after: int = 1) -> None:
         super().__init__(message)
@@ -52,14 +51,12 @@ class ShuttingDownError(LnserveError):
     """The batcher is draining for shutdown and takes no new work."""
 
     code = "shutting_down"
-    http_status = 503
 
 
 class ModelUnavailableError(LnserveError):
     """The model's batcher has stopped after an internal failure: it takes no work until a restart."""
 
     code = "model_unavailable"
-    http_status = 503
 
 
 class BatchError(LnserveError):

@@ -33,7 +33,7 @@ from starlette.responses import Response
 
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
-from lnserve.app.schemas_retrieval import ItemsAdd, RetrieveRequest
+from lnserve.app.schemas.retrieval import ItemsAdd, RetrieveRequest
 from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.body")

@@ -1,7 +1,7 @@
-"""HTTP errors: one exception -> (status, code) table and one body shape, ``{"error": {code, message}}``.
+"""HTTP errors: one code -> status table (``HTTP_STATUSES``) and one body shape, ``{"error": {...}}``.
 
-Every ``LnserveError`` carries its own ``http_status`` and ``code`` (``converters/errors.py``). The service
-adds:
+Lower layers define errors with stable ``code``s only (``converters/errors.py``, ``app/runtime/errors.py``,
+``app/galleries/errors.py``...); this module alone decides the HTTP status of each code. The service adds:
 
 LnserveError
 ├── UserInputError (invalid_input, 422)
@@ -10,6 +10,7 @@ LnserveError
 │   ├── ModelNotFoundError     (model_not_found, 404)     no model of that name
 │   ├── RequestTooLargeError   (request_too_large, 413)   body larger than max_body_bytes
 │   ├── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
+│   ├── InvalidSettingError    (invalid_setting)          serve: a configuration mistake (app.settings)
 │   ├── ModelLoadError         (model_load_failed)        serve: a model cannot load at startup (exit 2)
 │   ├── AddressInUseError      (address_in_use)           serve: the port is taken (exit 2; app.server)
 │   ├── BindError              (bind_failed)              serve: the address cannot be bound (app.server)
@@ -26,13 +27,15 @@ LnserveError
 ├── OverloadedError            (overloaded, 429)          max_inflight requests in flight; has Retry-After
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
 ├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.batcher)
+├── ShardUnavailableError      (shard_unavailable, 503)   a Ray gallery shard did not answer (app.scale)
 ├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.batcher)
 ├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
 
-Framework exceptions are in ``ERROR_TABLE``. Anything else is a generic 500 ``internal_error`` that carries
-the request id; the traceback goes to the log only. ``http_error_codes()`` is the whole code -> status table
-(the README's errors table is tested against it).
+Framework exceptions are in ``ERROR_TABLE``. A code missing from ``HTTP_STATUSES`` is 422 for a
+``UserInputError`` (conversion and artifact codes), else 500. Any other exception is a generic 500
+``internal_error`` that carries the request id; the traceback goes to the log only. ``http_error_codes()``
+is every code the service can answer with (the README's errors table is tested against it).
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ from starlette.responses import JSONResponse
 
 from lnserve.app.batcher import BatchError, ModelUnavailableError, QueueFullError, ShuttingDownError
 from lnserve.app.galleries.errors import GalleryError
+from lnserve.app.runtime.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 from lnserve.app.settings import InvalidSettingError
-from lnserve.converters.errors import ArtifactError, EncodeInputError, LnserveError, UserInputError
+from lnserve.converters.errors import ArtifactError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
 
@@ -78,21 +82,18 @@ class ModelNotFoundError(UserInputError):
     """No loaded model has that name."""
 
     code = "model_not_found"
-    http_status = 404
 
 
 class RequestTooLargeError(UserInputError):
     """The request body exceeds ``max_body_bytes``."""
 
     code = "request_too_large"
-    http_status = 413
 
 
 class UnauthorizedError(UserInputError):
     """An API key is configured and the request did not present it."""
 
     code = "unauthorized"
-    http_status = 401
 
 
 class ModelLoadError(ArtifactError):
@@ -105,24 +106,68 @@ class NotReadyError(LnserveError):
     """Models are still loading or warming up (or failed to)."""
 
     code = "not_ready"
-    http_status = 503
 
 
 class OverloadedError(LnserveError):
     """``max_inflight`` requests are in flight: refused at once, before the body is read (middleware)."""
 
     code = "overloaded"
-    http_status = 429
 
 
 class ClientClosedError(LnserveError):
     """The client disconnected before its result was ready."""
 
     code = "client_closed_request"
-    http_status = 499
 
 
-# framework exceptions -> (status, code); LnserveError subclasses use their own attributes
+# THE code -> HTTP status table: lower layers raise codes, only the app knows about HTTP
+HTTP_STATUSES: dict[str, int] = {
+    # the caller's input
+    "invalid_input": 422,
+    "invalid_request": 422,
+    "too_many_sentences": 422,
+    "sentence_too_long": 422,
+    "gallery_error": 422,
+    "gallery_mismatch": 422,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "model_not_found": 404,
+    "gallery_not_found": 404,
+    "item_not_found": 404,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "gallery_exists": 409,
+    "duplicate_item": 409,
+    "request_too_large": 413,
+    "unsupported_media_type": 415,
+    # the service's load and state
+    "queue_full": 429,
+    "overloaded": 429,
+    "client_closed_request": 499,
+    "internal_error": 500,
+    "not_ready": 503,
+    "shutting_down": 503,
+    "model_unavailable": 503,
+    "gallery_corrupt": 503,
+    "shard_unavailable": 503,
+    "provider_unavailable": 503,
+}
+
+
+def http_status(exc: LnserveError) -> int:
+    """The HTTP status of an error: its code's row in ``HTTP_STATUSES``; an unlisted code is 422 for the
+    caller's input (conversion, artifact codes), 500 for anything else."""
+    return _status_of(type(exc))
+
+
+def _status_of(cls: type[LnserveError]) -> int:
+    status = HTTP_STATUSES.get(cls.code)
+    if status is not None:
+        return status
+    return 422 if issubclass(cls, UserInputError) else 500
+
+
+# framework exceptions -> (status, code)
 ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     RequestValidationError: (422, "invalid_request"),
 }
@@ -137,12 +182,23 @@ HTTP_STATUS_CODES: dict[int, str] = {
 ROUTING_STATUSES = (404, 405)  # what Starlette's router answers by itself (unknown path, wrong method)
 _ENGINE_ERRORS: tuple[type[LnserveError], ...] = (UserInputError, EncodeInputError)  # raised by the engine
 # GalleryError is a base (only its subclasses are raised); a bad setting or a model that cannot load stops the
-# start (CLI exit 2), never answers a request. Ray's replica_unavailable / shard_unavailable: see Scaling out.
-_NEVER_RAISED: tuple[type[LnserveError], ...] = (GalleryError, InvalidSettingError, ModelLoadError)
+# start (CLI exit 2), never answers a request (nor does a strict provider or a bad ONNX graph: they fail the
+# load). Ray's replica_unavailable / shard_unavailable: see Scaling out.
+_NEVER_RAISED: tuple[type[LnserveError], ...] = (
+    GalleryError,
+    InvalidSettingError,
+    ModelLoadError,
+    ProviderUnavailableError,
+    OnnxModelError,
+)
+
+
+# modules whose errors never answer a request: CLI-only producers, start-up (bind), Ray (see Scaling out)
+_NOT_SERVING = ("lnserve.app.pull", "lnserve.app.training", "lnserve.app.server", "lnserve.app.scale")
 
 
 def _service_error_classes() -> set[type[LnserveError]]:
-    """The LnserveError classes the service's own modules define (``lnserve.app.pull`` is CLI-only), plus the
+    """The LnserveError classes the service's own modules define (not those of ``_NOT_SERVING``), plus the
     engine's input errors. Classes are found as loaded: the app factory has imported every route by then."""
     found: set[type[LnserveError]] = set()
     todo: list[type[LnserveError]] = [LnserveError]
@@ -150,7 +206,7 @@ def _service_error_classes() -> set[type[LnserveError]]:
         for sub in todo.pop().__subclasses__():
             todo.append(sub)
             mod = sub.__module__
-            if mod.startswith("lnserve.app.") and not mod.startswith("lnserve.app.pull"):
+            if mod.startswith("lnserve.app.") and not mod.startswith(_NOT_SERVING):
                 found.add(sub)
     return (found | set(_ENGINE_ERRORS)) - set(_NEVER_RAISED)
 
@@ -161,7 +217,7 @@ def http_error_codes() -> dict[str, int]:
     Raises:
         ValueError: one code would be sent with two statuses (codes must be stable).
     """
-    pairs = [(cls.code, cls.http_status) for cls in _service_error_classes()]
+    pairs = [(cls.code, _status_of(cls)) for cls in _service_error_classes()]
     pairs += [(code, status) for status, code in ERROR_TABLE.values()]
     pairs += [(HTTP_STATUS_CODES[s], s) for s in ROUTING_STATUSES]
     pairs.append(("internal_error", 500))
@@ -210,11 +266,10 @@ async def _lnserve_error(request: Request, exc: Exception) -> JSONResponse:
         headers["Retry-After"] = str(exc.retry_after)
     if isinstance(exc, UnauthorizedError):
         headers["WWW-Authenticate"] = "Bearer"
-    if exc.http_status >= 500:
+    status = http_status(exc)
+    if status >= 500:
         log.error("%s: %s", exc.code, exc)
-    return error_response(
-        exc.http_status, exc.code, str(exc), request_id=_request_id(request), headers=headers
-    )
+    return error_response(status, exc.code, str(exc), request_id=_request_id(request), headers=headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -22,12 +22,12 @@ from lnserve.app.errors import ModelLoadError, install_error_handlers
 from lnserve.app.galleries.demo import install_demo_gallery
 from lnserve.app.galleries.errors import GalleryCorruptError
 from lnserve.app.galleries.store import CorruptGallery, GalleryEntry, GalleryInfo, GalleryStore
-from lnserve.app.gallery_ops import warm_scorer
 from lnserve.app.lifecycle import Lifecycle
 from lnserve.app.metrics import Metrics
 from lnserve.app.middleware import RequestContextMiddleware
 from lnserve.app.registry import ModelRegistry
 from lnserve.app.routes import ROUTER_MODULES
+from lnserve.app.routes.gallery_helpers import warm_scorer
 from lnserve.app.schemas import ErrorBody
 from lnserve.app.settings import Settings
 from lnserve.converters.errors import LnserveError

@@ -18,11 +18,12 @@ import numpy as np
 
 from lnserve.app.batcher import BatchLimits, BatchObserver, MicroBatcher
 from lnserve.app.errors import ModelNotFoundError, NotReadyError, SentenceTooLongError, TooManySentencesError
-from lnserve.app.galleries.store import ModelRef
 from lnserve.app.runtime.engine import Engine, bad_rows, nonfinite_error
-from lnserve.app.settings import Settings
+from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.app.runtime.model_ref import ModelRef
+from lnserve.app.settings import InvalidSettingError, Settings
 from lnserve.converters.artifact import MANIFEST
-from lnserve.converters.errors import ArtifactError, EncodeInputError, UserInputError
+from lnserve.converters.errors import ArtifactError, UserInputError
 
 log = logging.getLogger("lnserve.registry")
 INLINE_TOKENIZE_CHARS = 64 * 1024  # larger request texts are tokenised off the event loop
@@ -36,13 +37,13 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
 
     Raises:
         ArtifactError: a directory is not an artifact, or two models share a name.
-        UserInputError: ``default_model`` names no configured model.
+        InvalidSettingError: a configured path does not exist, or ``default_model`` names no model.
     """
     dirs = [d for given in settings.models for d in _artifact_dirs(Path(given))]
     if not settings.models:
-        from lnserve.app.training.demo import ensure_demo_artifact
+        from lnserve.app.galleries.demo import shipped_demo
 
-        dirs = [ensure_demo_artifact()]
+        dirs = [shipped_demo().path]
     out: list[tuple[str, Path, dict[str, Any]]] = []
     for d in dirs:
         try:
@@ -55,12 +56,16 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
         out.append((name, Path(d), manifest))
     if settings.default_model and settings.default_model not in {n for n, _, _ in out}:
         names = ", ".join(n for n, _, _ in out)
-        raise UserInputError(f"default model {settings.default_model!r} is not among the models ({names})")
+        raise InvalidSettingError(
+            f"default model {settings.default_model!r} is not among the models ({names})"
+        )
     return out
 
 
 def _artifact_dirs(path: Path) -> list[Path]:
     """An artifact directory is itself; a directory of artifacts (a mounted volume) is each of them."""
+    if not path.exists():  # a configuration mistake (a typo in --models), not a damaged artifact
+        raise InvalidSettingError(f"{path}: not a model artifact (no such file or directory; see --models)")
     if (path / MANIFEST).is_file() or not path.is_dir():
         return [path]
     found = sorted(p for p in path.iterdir() if (p / MANIFEST).is_file())

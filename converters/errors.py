@@ -1,8 +1,8 @@
-"""The lnserve exception tree. Every error carries a stable snake_case ``code`` used by HTTP and the CLI.
+"""The lnserve exception tree. Every error carries a stable snake_case ``code`` used by HTTP and the CLI, and
+the CLI's ``exit_code``; the HTTP status of each code is the app's business (one table in ``app.errors``).
 
-LnserveError                       (internal_error)    unexpected failure: CLI exit 1, HTTP 500
-├── ProviderUnavailableError       (provider_unavailable) strict mode did not get the asked provider
-└── UserInputError                 (invalid_input)     the caller's input is wrong: CLI exit 2, HTTP 4xx
+LnserveError                       (internal_error)    unexpected failure: CLI exit 1
+└── UserInputError                 (invalid_input)     the caller's input is wrong: CLI exit 2
     ├── ConversionError            (conversion_error)  a legacy checkpoint cannot be read faithfully
     │   ├── UnsafePickleError      (unsafe_pickle)     a pickle names a global outside the allow-list
     │   ├── CorruptFileError       (corrupt_file)      truncated / unreadable file
@@ -12,9 +12,8 @@ LnserveError                       (internal_error)    unexpected failure: CLI e
     │   └── TableMismatchError     (table_mismatch)    word table rows != dictionary lines
     ├── ArtifactError              (artifact_error)    a converted model directory is unusable
     │   ├── ArtifactVersionError   (artifact_version)  written by a newer lnserve
-    │   ├── ManifestMismatchError  (manifest_mismatch) files do not match what the manifest says
-    │   └── OnnxModelError         (onnx_model_invalid) exported graph missing, corrupt or incompatible
-    └── EncodeInputError           (invalid_input)     text / features given to an encoder are unusable
+    │   └── ManifestMismatchError  (manifest_mismatch) files do not match what the manifest says
+    └── (the runtime's errors: ``lnserve.app.runtime.errors``)
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ class LnserveError(Exception):
 
     code: ClassVar[str] = "internal_error"
     exit_code: ClassVar[int] = 1
-    http_status: ClassVar[int] = 500
 
 
 class UserInputError(LnserveError):
@@ -35,7 +33,6 @@ class UserInputError(LnserveError):
 
     code = "invalid_input"
     exit_code = 2
-    http_status = 422
 
 
 class ConversionError(UserInputError):
@@ -96,26 +93,6 @@ class ManifestMismatchError(ArtifactError):
     """The artifact's files do not match its manifest (tampered or corrupt)."""
 
     code = "manifest_mismatch"
-
-
-class EncodeInputError(UserInputError):
-    """Text or features handed to an encoder are unusable."""
-
-    code = "invalid_input"
-
-
-class ProviderUnavailableError(LnserveError):
-    """Strict mode asked for an execution provider (e.g. CUDA) that the session did not get."""
-
-    code = "provider_unavailable"
-    exit_code = 2
-    http_status = 503
-
-
-class OnnxModelError(ArtifactError):
-    """An exported ONNX graph is missing, corrupt, or from an incompatible exporter version."""
-
-    code = "onnx_model_invalid"
 
 
 def shown(text: str) -> str:

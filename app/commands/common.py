@@ -13,7 +13,8 @@ from typing import Annotated, BinaryIO
 import numpy as np
 import typer
 
-from lnserve.converters.errors import EncodeInputError, UserInputError
+from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.converters.errors import UserInputError
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
 

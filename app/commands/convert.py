@@ -17,6 +17,7 @@ CellOpt = Annotated[
     typer.Option("--cell", help="Override the cell type (gru, lngru, rlngru, lstm, lnlstm, rlnlstm)."),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing non-empty output directory.")]
+NameOpt = Annotated[str | None, typer.Option(help="Model name (default: the output directory's name).")]
 
 
 @convert_app.command("order-embedding")
@@ -24,9 +25,7 @@ def convert_order_embedding(
     prefix: Annotated[Path, typer.Argument(help="Checkpoint prefix: reads PREFIX.npz and PREFIX.pkl.")],
     out: Annotated[Path, typer.Option("--out", help="Output artifact directory.")],
     cell: CellOpt = None,
-    name: Annotated[
-        str | None, typer.Option(help="Model name (default: the output directory's name).")
-    ] = None,
+    name: NameOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Convert an order-embedding checkpoint (PREFIX.npz + PREFIX.pkl)."""
@@ -47,9 +46,7 @@ def convert_skip_thoughts_cmd(
     uni: Annotated[Path | None, typer.Option("--uni", help="uni_skip.npz (its .npz.pkl beside it).")] = None,
     bi: Annotated[Path | None, typer.Option("--bi", help="bi_skip.npz (its .npz.pkl beside it).")] = None,
     cell: CellOpt = None,
-    name: Annotated[
-        str | None, typer.Option(help="Model name (default: the output directory's name).")
-    ] = None,
+    name: NameOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Convert skip-thoughts uni-skip and/or bi-skip (both give combine-skip)."""

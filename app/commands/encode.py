@@ -17,7 +17,8 @@ from lnserve.app.commands.common import (
     save_npy,
 )
 from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine
-from lnserve.converters.errors import EncodeInputError, UserInputError
+from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.converters.errors import UserInputError
 
 
 def encode(

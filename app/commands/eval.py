@@ -11,7 +11,8 @@ import typer
 
 from lnserve.app.commands.common import BackendOpt, check_output, load_matrix, read_lines, save_text
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.converters.errors import EncodeInputError, UserInputError
+from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.converters.errors import UserInputError
 
 
 def evaluate(

@@ -12,7 +12,8 @@ import typer
 
 from lnserve.app.commands.common import BackendOpt, load_matrix, progress_bar, read_lines
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.converters.errors import EncodeInputError, UserInputError
+from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.converters.errors import UserInputError
 
 gallery_app = typer.Typer(help="Build, list and remove retrieval galleries.", no_args_is_help=True)
 

@@ -2,20 +2,47 @@
 
 ``install_demo_gallery(store)`` creates gallery ``demo-images`` when it is absent (or was built by an older
 demo model) and returns its info; the service calls it at startup when it serves the demo model.
+``shipped_demo()`` is the service's one door into ``lnserve.app.training`` (which produces the demo).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lnserve.app.galleries.errors import GalleryNotFoundError
-from lnserve.app.galleries.store import GalleryInfo, GalleryStore, ModelRef
+from lnserve.app.galleries.store import GalleryInfo, GalleryStore
+from lnserve.app.runtime.model_ref import ModelRef
 
 log = logging.getLogger("lnserve.galleries")
 
 DEMO_GALLERY = "demo-images"
+
+
+@dataclass(frozen=True)
+class ShippedDemo:
+    """The demo model shipped as package data: its artifact directory, its name, its gallery's data."""
+
+    path: Path
+    name: str
+    gallery_data: Callable[[], tuple[np.ndarray, list[str], list[dict[str, Any]]]]
+
+
+def shipped_demo() -> ShippedDemo:
+    """The only place the service imports training code (lazily, and only when it serves the demo).
+
+    Raises:
+        ArtifactError: the package lacks the demo (run ``make demo-model``).
+    """
+    from lnserve.app.training import demo
+
+    return ShippedDemo(demo.ensure_demo_artifact(), demo.DEMO_NAME, demo.demo_gallery_data)
 
 
 def install_demo_gallery(store: GalleryStore, *, engine: Any = None) -> GalleryInfo:
@@ -29,19 +56,19 @@ def install_demo_gallery(store: GalleryStore, *, engine: Any = None) -> GalleryI
         The gallery's info. A gallery of that name made by a model other than the demo is left alone.
     """
     from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine, open_backend
-    from lnserve.app.training.demo import DEMO_NAME, demo_gallery_data, ensure_demo_artifact
     from lnserve.converters.artifact import read_artifact
 
-    artifact = engine.artifact if engine is not None else read_artifact(ensure_demo_artifact())
+    demo = shipped_demo()
+    artifact = engine.artifact if engine is not None else read_artifact(demo.path)
     ref = ModelRef.from_artifact(artifact)
-    feats, ids, payloads = demo_gallery_data()
+    feats, ids, payloads = demo.gallery_data()
     info = None
     with contextlib.suppress(GalleryNotFoundError):
         info = store.get(DEMO_GALLERY)
     if info is not None:
         if ref.matches(info) and info.count == len(ids):
             return info
-        if info.model != DEMO_NAME:
+        if info.model != demo.name:
             log.warning("gallery %s belongs to model %s: not replacing it", DEMO_GALLERY, info.model)
             return info
         store.remove(DEMO_GALLERY)  # built by an older demo model, or left half-built

@@ -1,16 +1,16 @@
-"""Gallery errors, all under the lnserve root so the CLI (exit 2) and HTTP (4xx) map them by class.
+"""Gallery errors, all under the lnserve root: codes only (CLI exit 2; ``app.errors`` maps codes to HTTP).
 
 UserInputError
-└── GalleryError            (gallery_error)      422
-    ├── GalleryNotFoundError   (gallery_not_found)  404  no gallery of that name
-    ├── GalleryExistsError     (gallery_exists)     409  create with a taken name
-    ├── ItemNotFoundError      (item_not_found)     404  no live item with that id
-    ├── DuplicateItemError     (duplicate_item)     409  id already present (or repeated in one batch)
-    ├── GalleryMismatchError   (gallery_mismatch)   422  wrong model or item kind for this gallery
-    └── GalleryInputError      (invalid_input)      422  bad name, vector shape, k, payload
+└── GalleryError            (gallery_error)
+    ├── GalleryNotFoundError   (gallery_not_found)  no gallery of that name
+    ├── GalleryExistsError     (gallery_exists)     create with a taken name
+    ├── ItemNotFoundError      (item_not_found)     no live item with that id
+    ├── DuplicateItemError     (duplicate_item)     id already present (or repeated in one batch)
+    ├── GalleryMismatchError   (gallery_mismatch)   wrong model or item kind for this gallery
+    └── GalleryInputError      (invalid_input)      bad name, vector shape, k, payload
 LnserveError
-└── GalleryCorruptError     (gallery_corrupt)    503  the gallery's files are damaged: it is quarantined
-                                                      (CLI exit 2; ``lnserve gallery check / repair``)
+└── GalleryCorruptError     (gallery_corrupt)    the gallery's files are damaged: it is quarantined
+                                                 (CLI exit 2; ``lnserve gallery check / repair``)
 """
 
 from __future__ import annotations
@@ -28,28 +28,24 @@ class GalleryNotFoundError(GalleryError):
     """No gallery of that name exists."""
 
     code = "gallery_not_found"
-    http_status = 404
 
 
 class GalleryExistsError(GalleryError):
     """A gallery of that name already exists."""
 
     code = "gallery_exists"
-    http_status = 409
 
 
 class ItemNotFoundError(GalleryError):
     """The gallery has no live item with that id."""
 
     code = "item_not_found"
-    http_status = 404
 
 
 class DuplicateItemError(GalleryError):
     """An item id is already in the gallery or repeated within one batch."""
 
     code = "duplicate_item"
-    http_status = 409
 
 
 class GalleryMismatchError(GalleryError):
@@ -66,11 +62,10 @@ class GalleryInputError(GalleryError):
 
 class GalleryCorruptError(LnserveError):
     """The gallery's files are damaged (unreadable database, missing or truncated file, a checksum that no
-    longer matches): it is quarantined, refused for reads and writes until repaired. 503: the server is
-    fine and every other gallery serves; this one is unavailable."""
+    longer matches): it is quarantined, refused for reads and writes until repaired. Not an input error:
+    the server is fine and every other gallery serves; this one is unavailable."""
 
     code = "gallery_corrupt"
-    http_status = 503
     exit_code = 2
 
     def __init__(self, gallery: str, reason: str) -> None:

@@ -30,7 +30,7 @@ class GalleryStoreAPI(Protocol):
 
     @property
     def scorer(self) -> str | None:
-        """The order-violation kernel to warm up (``gallery_ops.warm_scorer``)."""
+        """The order-violation kernel to warm up (``routes.gallery_helpers.warm_scorer``)."""
         ...
 
     # -- start-up -----------------------------------------------------------------------------------------

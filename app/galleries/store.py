@@ -57,9 +57,9 @@ from lnserve.app.galleries.errors import (
     GalleryNotFoundError,
     ItemNotFoundError,
 )
+from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
-from lnserve.converters.artifact import FAMILIES, MANIFEST, model_identity, unexported_manifest_sha256
-from lnserve.converters.hashing import sha256_file
+from lnserve.converters.artifact import FAMILIES
 
 log = logging.getLogger("lnserve.galleries")
 
@@ -83,42 +83,6 @@ def default_root() -> Path:
     """``~/.local/share/lnserve/galleries``: the root when none is given (``LNSERVE_GALLERIES_DIR`` is read
     by ``lnserve.app.settings.Settings``, whose ``galleries_dir`` callers pass)."""
     return Path.home() / ".local" / "share" / "lnserve" / "galleries"
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """The identity of the model that embeds a gallery's items: queries must come from the same one."""
-
-    name: str
-    identity: str  # converters.artifact.model_identity: weights, vocabulary, cell, options
-    family: str
-    method: str
-    dim: int
-    manifest_sha256: str = ""  # of manifest.json now (recorded with new galleries, for information)
-    legacy_pins: frozenset[str] = frozenset()  # manifest sha256s galleries made before identities pinned
-
-    @classmethod
-    def from_artifact(cls, artifact: Any) -> ModelRef:
-        m = artifact.manifest
-        method = "cosine" if artifact.family == "skip-thoughts" else m["options"]["method"]
-        manifest_sha = sha256_file(artifact.path / MANIFEST)
-        before_export = unexported_manifest_sha256(m)
-        return cls(
-            name=artifact.name,
-            identity=model_identity(m),
-            family=artifact.family,
-            method=method,
-            dim=int(m["dims"]["output_dim"]),
-            manifest_sha256=manifest_sha,
-            legacy_pins=frozenset(p for p in (manifest_sha, before_export) if p),
-        )
-
-    def matches(self, info: GalleryInfo) -> bool:
-        """Whether this model made the gallery's vectors: the same identity; for a gallery made before
-        identities existed, the manifest it pinned is this model's (now, or before ``lnserve export``)."""
-        if info.model_identity is not None:
-            return info.model_identity == self.identity
-        return info.model_sha256 in self.legacy_pins
 
 
 def same_model(a: GalleryInfo, b: GalleryInfo) -> bool:
@@ -510,7 +474,7 @@ class GalleryStore:
         self._check_model(name, info, kind=kind, model=model)
         vecs = _as_matrix(vectors, info.dim, what="item vectors", limit=None)
         n = vecs.shape[0]
-        ids = [uuid.uuid4().hex for _ in range(n)] if ids is None else [_check_id(i) for i in ids]
+        ids = [new_item_id() for _ in range(n)] if ids is None else [_check_id(i) for i in ids]
         payload_json = [None] * n if payloads is None else [_dump_payload(p) for p in payloads]
         if len(ids) != n or len(payload_json) != n:
             raise GalleryInputError(f"{n} vectors but {len(ids)} ids and {len(payload_json)} payloads")
@@ -1160,14 +1124,30 @@ def _pin(info: GalleryInfo) -> str:
     return f"manifest sha256 {info.model_sha256[:12]}"
 
 
+def new_item_id() -> str:
+    """A random item id (32 hex digits) for an item added without one: the one definition (store, routes)."""
+    return uuid.uuid4().hex
+
+
+def check_image_query(info: GalleryInfo) -> None:
+    """The one statement of the rule that an image query needs a captions gallery (image->image is not an
+    order-embedding score); the retrieve route applies it before encoding, the store before scanning.
+
+    Raises:
+        GalleryMismatchError: the gallery holds images.
+    """
+    if info.kind == "images":
+        raise GalleryMismatchError(
+            f"gallery {info.name!r} holds images: query it with captions (image->image is not defined)"
+        )
+
+
 def _query_side(info: GalleryInfo, query_kind: str) -> Side:
     """The slot of E(caption, image) the query fills: caption->images, image->captions, caption->captions."""
     if query_kind not in KINDS:
         raise GalleryInputError(f"query kind must be one of {', '.join(KINDS)}, got {query_kind!r}")
-    if query_kind == "images" and info.kind == "images":
-        raise GalleryMismatchError(
-            f"gallery {info.name!r} holds images: query it with captions (image->image is not defined)"
-        )
+    if query_kind == "images":
+        check_image_query(info)
     if query_kind == "images" and info.family == "skip-thoughts":
         raise GalleryMismatchError("skip-thoughts models have no image encoder")
     return "image" if query_kind == "images" else "caption"
@@ -1187,6 +1167,8 @@ __all__ = [
     "ModelRef",
     "RepairReport",
     "check_gallery_name",
+    "check_image_query",
     "default_root",
+    "new_item_id",
     "same_model",
 ]

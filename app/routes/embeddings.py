@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import RegistryDep, cancel_on_disconnect
+from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.app.schemas import (
     EmbeddingsRequest,
     EmbeddingsResponse,
@@ -13,7 +14,6 @@ from lnserve.app.schemas import (
     VectorJSONResponse,
     encode_vectors,
 )
-from lnserve.converters.errors import EncodeInputError
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute)
 

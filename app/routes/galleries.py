@@ -7,7 +7,6 @@ that leaves no trace of the batch (``lnserve.app.galleries.store``).
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -18,9 +17,10 @@ from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.gallery_ops import encode_inputs, model_for, warm_scorer
+from lnserve.app.galleries.store import new_item_id
+from lnserve.app.routes.gallery_helpers import encode_inputs, model_for, warm_scorer
 from lnserve.app.schemas import ErrorBody
-from lnserve.app.schemas_retrieval import (
+from lnserve.app.schemas.retrieval import (
     GalleryCreate,
     GalleryList,
     GalleryOut,
@@ -80,7 +80,7 @@ async def add_items(
         request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
     )
     vectors = text_vecs if text_vecs is not None else image_vecs
-    ids = [it.id if it.id is not None else uuid.uuid4().hex for it in body.items]
+    ids = [it.id if it.id is not None else new_item_id() for it in body.items]
     payloads = [
         it.payload if "payload" in it.model_fields_set or it.text is None else {"text": it.text}
         for it in body.items

@@ -19,10 +19,11 @@ from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.galleries.store import GalleryInfo, GalleryStore, ModelRef, same_model
-from lnserve.app.gallery_ops import encode_inputs, model_for
+from lnserve.app.galleries.store import GalleryInfo, GalleryStore, check_image_query, same_model
 from lnserve.app.registry import ModelEntry
-from lnserve.app.schemas_retrieval import (
+from lnserve.app.routes.gallery_helpers import encode_inputs, model_for
+from lnserve.app.runtime.model_ref import ModelRef
+from lnserve.app.schemas.retrieval import (
     IdQuery,
     ImageQuery,
     Query,
@@ -46,10 +47,8 @@ async def retrieve(
     queries = body.query_list()
     TooManySentencesError.check(len(queries), settings.max_sentences, "queries")
     info = await run_in_threadpool(store.get, body.gallery)
-    if info.kind == "images" and any(isinstance(q, ImageQuery) for q in queries):  # before encoding them
-        raise GalleryMismatchError(
-            f"gallery {info.name!r} holds images: query it with captions (image->image is not defined)"
-        )
+    if any(isinstance(q, ImageQuery) for q in queries):  # before encoding them
+        check_image_query(info)
     # id-only requests need no encoder: the gallery's model need not even be served
     needs_model = body.model is not None or not all(isinstance(q, IdQuery) for q in queries)
     entry = model_for(registry, info, body.model) if needs_model else None

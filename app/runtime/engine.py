@@ -16,10 +16,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from lnserve.app.runtime.bucketing import length_batches, pad_ids, reverse_padded
+from lnserve.app.runtime.errors import EncodeInputError, ProviderUnavailableError
 from lnserve.app.runtime.scoring import error_matrix
 from lnserve.app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for, unk_counts
 from lnserve.converters.artifact import Artifact, read_artifact
-from lnserve.converters.errors import EncodeInputError, ProviderUnavailableError
 
 log = logging.getLogger("lnserve.runtime")
 

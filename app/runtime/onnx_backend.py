@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from lnserve.app.runtime.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 from lnserve.app.runtime.onnx_export import (
     DEFAULT_FORM,
     EXPORT_FORMAT,
@@ -23,7 +24,6 @@ from lnserve.app.runtime.onnx_export import (
     build_graphs,
 )
 from lnserve.converters.artifact import Artifact
-from lnserve.converters.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 
 log = logging.getLogger("lnserve.runtime")
 

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -272,10 +272,6 @@ class TopK:
     scores: list[np.ndarray]  # per query: float32 scores in the metric's units
     metric: str
 
-    @property
-    def info(self) -> dict[str, str]:
-        return score_info(self.metric)
-
 
 def top_k(
     queries: np.ndarray,
@@ -402,17 +398,3 @@ def _merge_rows(
         order = np.argsort(row_keys, kind="stable")[:width]
         out_keys[r], out_pos[r] = row_keys[order], row_pos[order]
     return out_keys, out_pos
-
-
-def describe(topk: TopK, ids: Any = None) -> dict[str, Any]:
-    """A JSON-ready summary (used by the CLI); ``ids`` maps positions to ids when given."""
-    return {
-        "score": topk.info,
-        "results": [
-            [
-                {"id": ids[int(p)] if ids is not None else int(p), "score": float(s)}
-                for p, s in zip(pos, sc, strict=True)
-            ]
-            for pos, sc in zip(topk.positions, topk.scores, strict=True)
-        ],
-    }

@@ -1,4 +1,9 @@
-"""Caption x image error matrices exactly as the original ``compute_errors``: lower is better."""
+"""Caption x image error matrices exactly as the original ``compute_errors``: lower is better.
+
+``order_violation`` is the reference definition of the order-violation error (spec §7): the retrieval
+kernels (``runtime.retrieval``, tuned for speed, their summation order fixed) and the training loss
+(``models.losses.error_matrix``, torch for gradients) are tested against it; nothing else restates it.
+"""
 
 from __future__ import annotations
 

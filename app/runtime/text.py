@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from lnserve.converters.errors import EncodeInputError
+from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.models.tokenize import get_tokenizer, whitespace_tokens
 
 EOS_ID, UNK_ID = 0, 1

@@ -13,7 +13,7 @@ every use: ``shards.raise_first``).
 
 Errors are the store's own (raised by the shards); the engine adds one (see ``app.errors`` for the tree):
 
-└── ShardUnavailableError  (shard_unavailable, 503)  a shard did not answer (restarting, node lost)
+└── ShardUnavailableError  (shard_unavailable)  a shard did not answer (restarting, node lost)
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lnserve.app.galleries.errors import GalleryNotFoundError, ItemNotFoundError
-from lnserve.app.galleries.store import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo, ModelRef
+from lnserve.app.galleries.store import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo
+from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.scale.merge import merge_results
 from lnserve.app.scale.shard_store import shard_label
 from lnserve.app.scale.shards import GALLERIES_APP, raise_first, shard_name
@@ -42,7 +43,6 @@ class ShardUnavailableError(LnserveError):
     """A gallery shard did not answer (restarting, its node lost): retry after ``Retry-After``."""
 
     code = "shard_unavailable"
-    http_status = 503
 
 
 def _result(response: Any) -> tuple[str, Any]:

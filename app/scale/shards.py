@@ -29,7 +29,7 @@ from lnserve.app.galleries.errors import (
     ItemNotFoundError,
 )
 from lnserve.app.galleries.store import CorruptGallery, GalleryEntry, GalleryInfo
-from lnserve.app.gallery_ops import warm_scorer
+from lnserve.app.routes.gallery_helpers import warm_scorer
 from lnserve.app.scale.shard_store import ShardStore, shard_label, shard_root
 from lnserve.converters.errors import LnserveError
 

@@ -5,7 +5,8 @@ package data in ``app/demo_model/`` together with a gallery of held-out world im
 ``lnserve eval`` on the held-out split -> ``python -m lnserve.app.training.demo ship`` (this module)
 copies the artifact, the gallery data and the evaluation into ``app/demo_model/``.
 
-Importing this module is cheap (no torch): the service calls ``ensure_demo_artifact`` at startup.
+Importing this module is cheap (no torch): the service reaches it only through
+``lnserve.app.galleries.demo.shipped_demo`` (when it serves the demo).
 """
 
 from __future__ import annotations

@@ -25,10 +25,11 @@ import numpy as np
 import torch
 
 from lnserve.app.runtime import scoring
+from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.app.runtime.evaluation import rank_stats, t2i_ranks
 from lnserve.app.runtime.text import OrderVocabulary
-from lnserve.app.training.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
-from lnserve.converters.errors import EncodeInputError, UserInputError
+from lnserve.app.training.checkpoint import save_checkpoint
+from lnserve.converters.errors import UserInputError
 from lnserve.models.cell_types import GRU_CELLS
 from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig
 from lnserve.models.init import RECURRENT_INITS, init_order_embedding
@@ -353,10 +354,6 @@ class Trainer:
         self.best_score, self.best_step, self.best_dev = best["score"], best["step"], best["dev"]
         self.best_state = best["state"]
         self.losses = list(payload["losses"])
-
-
-def resume_payload(out: Path) -> dict[str, Any]:
-    return load_checkpoint(checkpoint_dir(out))
 
 
 # -- output -----------------------------------------------------------------------------------------------

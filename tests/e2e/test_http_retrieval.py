@@ -18,6 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
+from lnserve.app.runtime.scoring import order_violation
 from tests.conftest import LEGACY, OE_MODELS, golden, inputs
 from tests.e2e.engines import ENGINES, engine_args, start_timeout
 from tests.e2e.server import LiveServer, start_server
@@ -332,7 +333,7 @@ def test_kill_9_during_bulk_insert_keeps_every_acknowledged_item(
                 ims = _ok(c.post("/encode/images", json={"features": _features(b, batch_size).tolist()}))[
                     "vectors"
                 ]
-                want = (np.maximum(0, np.asarray(text) - np.asarray(ims)) ** 2).sum(1)
+                want = order_violation(np.asarray(text, np.float32), np.asarray(ims, np.float32))[0]
                 got = [hits[f"b{b}-{i}"]["score"] for i in range(batch_size)]
                 assert np.abs(np.asarray(got) - want).max() <= TOL
                 assert all(hits[f"b{b}-{i}"]["payload"] == {"b": b, "i": i} for i in range(batch_size))

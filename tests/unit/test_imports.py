@@ -1,13 +1,22 @@
 """Imports follow the data flow (models <- converters <- runtime <- app): each module is imported in a fresh
-interpreter and ``sys.modules`` is inspected, so a stray import anywhere in the chain shows up."""
+interpreter and ``sys.modules`` is inspected, so a stray import anywhere in the chain shows up.
+
+Every package has its row: models imports nothing of lnserve; converters imports models; the runtime those
+two; the gallery store and the schemas the runtime; training and pull (producers of artifacts for the CLI)
+the layers below; the service (main, routes, registry, batcher, scale) anything but the producers.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+import lnserve.app
 
 HTTP = ("fastapi", "starlette", "uvicorn")
 
@@ -85,3 +94,74 @@ def test_runtime_imports_no_http_layer() -> None:
 )
 def test_import_direction(module: str, forbidden: tuple[str, ...]) -> None:
     assert _offenders(_loaded_after_import(module), forbidden) == []
+
+
+BELOW_APP = ("lnserve.app.runtime", "lnserve.converters", "lnserve.models")
+
+
+@pytest.mark.parametrize(
+    ("package", "allowed"),
+    [
+        ("lnserve.app.galleries", ("lnserve.app.galleries", *BELOW_APP)),
+        ("lnserve.app.schemas", ("lnserve.app.schemas", "lnserve.app.galleries", *BELOW_APP)),
+        ("lnserve.app.training", ("lnserve.app.training", *BELOW_APP)),
+        ("lnserve.app.pull", ("lnserve.app.pull", *BELOW_APP)),
+    ],
+)
+def test_app_packages_import_only_what_is_below_them(package: str, allowed: tuple[str, ...]) -> None:
+    loaded = _loaded_after_import(package, whole_package=True)
+    assert _lnserve_outside(loaded, *allowed) == []
+
+
+def test_gallery_store_and_registry_do_not_import_each_other() -> None:
+    """The model identity galleries pin (``ModelRef``) lives in the runtime, so neither needs the other."""
+    assert _offenders(_loaded_after_import("lnserve.app.galleries.store"), ("lnserve.app.registry",)) == []
+    assert _offenders(_loaded_after_import("lnserve.app.registry"), ("lnserve.app.galleries.store",)) == []
+
+
+PRODUCERS = (
+    "lnserve.app.training",
+    "lnserve.app.pull",
+)  # make artifacts for the CLI; the service never runs them
+
+
+def test_the_service_loads_no_producer() -> None:
+    """Building the service (main, routes, registry, batcher, Ray scale-out) loads no producer."""
+    loaded = _loaded_after_import("lnserve.app.main")
+    for package in ("lnserve.app.routes", "lnserve.app.scale"):
+        loaded |= _loaded_after_import(package, whole_package=True)
+    assert {"lnserve.app.registry", "lnserve.app.batcher", "lnserve.app.routes.encode"} <= loaded
+    assert _offenders(loaded, PRODUCERS) == []
+
+
+def _producer_imports(path: Path) -> list[tuple[str, str]]:
+    """(enclosing function or '<module>', imported module) for each import of a producer in ``path``."""
+    found: list[tuple[str, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else where
+            names: list[str] = []
+            if isinstance(child, ast.ImportFrom) and child.module:
+                names = [child.module] + [f"{child.module}.{a.name}" for a in child.names]
+            elif isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            found.extend((where, n) for n in names if n.startswith(PRODUCERS) or n in PRODUCERS)
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "<module>")
+    return found
+
+
+def test_service_reaches_training_through_one_small_function_only() -> None:
+    """Outside the producers and the CLI, only ``galleries.demo.shipped_demo`` imports training (the demo)."""
+    app = Path(lnserve.app.__file__).parent
+    cli_side = {"training", "pull", "commands", "cli.py"}
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for path in sorted(app.rglob("*.py")):
+        if path.relative_to(app).parts[0] in cli_side:
+            continue
+        if hits := _producer_imports(path):
+            seen[path.relative_to(app).as_posix()] = hits
+    only_door = [("shipped_demo", "lnserve.app.training"), ("shipped_demo", "lnserve.app.training.demo")]
+    assert seen == {"galleries/demo.py": only_door}

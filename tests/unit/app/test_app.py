@@ -12,8 +12,8 @@ import pytest
 from lnserve.app.main import create_app
 from lnserve.app.registry import resolve_model_dirs
 from lnserve.app.routes import ROUTER_MODULES
-from lnserve.app.settings import Settings
-from lnserve.converters.errors import ArtifactError, UserInputError
+from lnserve.app.settings import InvalidSettingError, Settings
+from lnserve.converters.errors import ArtifactError
 
 
 def test_ready_turns_true_after_load_and_warm_up(tmp_path: Path) -> None:
@@ -62,7 +62,11 @@ def test_model_directories(artifacts: dict[str, Path], tmp_path: Path) -> None:
     assert "oe_order_gru" in names and "skipthoughts_lngru" in names  # a folder of artifacts
     with pytest.raises(ArtifactError, match="two models"):
         resolve_model_dirs(Settings(models=[a, a]))
-    with pytest.raises(UserInputError, match="default model"):
+    with pytest.raises(InvalidSettingError, match="default model") as bad_default:
         resolve_model_dirs(Settings(models=[a], default_model="nope"))
+    assert bad_default.value.code == "invalid_setting"  # a configuration mistake, not invalid_input
+    with pytest.raises(InvalidSettingError, match="no such file or directory") as missing:
+        resolve_model_dirs(Settings(models=[tmp_path / "typo"]))
+    assert missing.value.code == "invalid_setting" and missing.value.exit_code == 2
     with pytest.raises(ArtifactError, match="no model artifacts"):
         resolve_model_dirs(Settings(models=[tmp_path]))

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from lnserve.app.batcher import BatchLimits, MicroBatcher, QueueFullError, ShuttingDownError
+from lnserve.app.errors import http_status
 
 
 class Recorder:
@@ -113,7 +114,7 @@ def test_queue_full_raises_and_a_lone_large_job_is_admitted() -> None:
         await _until(lambda: b.depth == 5)
         with pytest.raises(QueueFullError) as info:
             await b.submit("k", [9], rows=1, tokens=1)
-        assert info.value.http_status == 429 and info.value.retry_after == 1
+        assert http_status(info.value) == 429 and info.value.retry_after == 1
         rec.gate.set()
         await blocker
         assert await big == [2, 4, 6, 8, 10]

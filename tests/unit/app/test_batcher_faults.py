@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 import pytest
 
 from lnserve.app.batcher import BatchLimits, MicroBatcher
+from lnserve.app.errors import http_status
+from lnserve.converters.errors import LnserveError
 
 T = TypeVar("T")
 DEADLINE_S = 10.0  # far beyond any batch here: reaching it means a future was never resolved
@@ -31,7 +33,7 @@ def _gather(b: MicroBatcher, key: Hashable, n: int) -> Awaitable[list[Any]]:
 
 def _status(result: Any) -> int | None:
     """The HTTP status an error result maps to (None for a result)."""
-    return getattr(result, "http_status", None) if isinstance(result, Exception) else None
+    return http_status(result) if isinstance(result, LnserveError) else None
 
 
 def _doubles(payloads: list[Any]) -> list[Any]:

@@ -9,8 +9,9 @@ import lnserve.app.batcher
 import lnserve.app.errors
 import lnserve.app.galleries.errors  # loaded so the gallery errors are checked against the tree too
 import lnserve.app.pull.errors  # loaded so its error classes are checked too
-from lnserve.app.errors import ERROR_TABLE, error_response
-from lnserve.converters.errors import LnserveError
+from lnserve.app.errors import ERROR_TABLE, HTTP_STATUSES, error_response, http_status
+from lnserve.app.runtime.errors import ProviderUnavailableError
+from lnserve.converters.errors import LnserveError, UnsafePickleError, UserInputError
 
 
 def _subclasses(cls: type) -> set[type]:
@@ -30,19 +31,22 @@ def test_every_error_class_has_code_and_status() -> None:
     assert lnserve.app.galleries.errors.GalleryNotFoundError in classes
     for cls in classes:
         assert cls.code and cls.code == cls.code.lower() and " " not in cls.code, cls
-        assert 400 <= cls.http_status < 600, cls
+        assert cls.code in HTTP_STATUSES or issubclass(cls, UserInputError), f"{cls.__name__}: no status"
         doc = (sys.modules[cls.__module__].__doc__ or "") + (lnserve.app.errors.__doc__ or "")
         assert cls.code in doc, f"{cls.__name__} missing from the error tree in {cls.__module__}'s docstring"
 
 
 def test_statuses_of_the_service_errors() -> None:
-    assert lnserve.app.errors.ModelNotFoundError.http_status == 404
-    assert lnserve.app.errors.RequestTooLargeError.http_status == 413
-    assert lnserve.app.errors.SentenceTooLongError.http_status == 422
-    assert lnserve.app.errors.TooManySentencesError.http_status == 422
-    assert lnserve.app.errors.UnauthorizedError.http_status == 401
-    assert lnserve.app.batcher.QueueFullError.http_status == 429
-    assert lnserve.app.errors.NotReadyError.http_status == 503
+    assert http_status(lnserve.app.errors.ModelNotFoundError("m")) == 404
+    assert http_status(lnserve.app.errors.RequestTooLargeError("m")) == 413
+    assert http_status(lnserve.app.errors.SentenceTooLongError("m")) == 422
+    assert http_status(lnserve.app.errors.TooManySentencesError("m")) == 422
+    assert http_status(lnserve.app.errors.UnauthorizedError("m")) == 401
+    assert http_status(lnserve.app.batcher.QueueFullError("m")) == 429
+    assert http_status(lnserve.app.errors.NotReadyError("m")) == 503
+    assert http_status(ProviderUnavailableError("m")) == 503
+    assert http_status(UnsafePickleError("m")) == 422  # an unlisted input code is the caller's fault
+    assert http_status(LnserveError("m")) == 500
     assert all(status >= 400 and code for status, code in ERROR_TABLE.values())
 
 
@@ -57,6 +61,24 @@ def test_error_body_shape_and_unencodable_text() -> None:
 def test_a_corrupt_gallery_is_unavailable_not_an_internal_error() -> None:
     """503: the server is healthy and serves the other galleries; the CLI exits 2 with the reason."""
     err = lnserve.app.galleries.errors.GalleryCorruptError("g", "vectors.f32 is missing")
-    assert (err.code, err.http_status, err.exit_code) == ("gallery_corrupt", 503, 2)
+    assert (err.code, http_status(err), err.exit_code) == ("gallery_corrupt", 503, 2)
     assert str(err) == "gallery 'g' is corrupt: vectors.f32 is missing"
     assert err.reason == "vectors.f32 is missing"
+
+
+def _defines(cls: type, attr: str) -> bool:
+    return any(attr in vars(klass) for klass in cls.__mro__ if klass is not Exception)
+
+
+def test_lower_layers_define_codes_only_the_app_owns_statuses() -> None:
+    """One table: no error class carries an HTTP status, so a status can only change in ``HTTP_STATUSES``."""
+    for cls in _subclasses(LnserveError) | {LnserveError}:
+        assert not _defines(cls, "http_status"), f"{cls.__module__}.{cls.__name__} defines http_status"
+
+
+def test_runtime_errors_live_in_the_runtime() -> None:
+    import lnserve.converters.errors
+
+    for name in ("EncodeInputError", "ProviderUnavailableError", "OnnxModelError"):
+        assert not hasattr(lnserve.converters.errors, name), name
+        assert getattr(lnserve.app.runtime.errors, name).__module__ == "lnserve.app.runtime.errors"

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lnserve.app.errors import http_status
 from lnserve.app.galleries.errors import (
     DuplicateItemError,
     GalleryCorruptError,
@@ -241,7 +242,7 @@ def test_bad_inputs_raise_coded_errors(tmp_path: Path) -> None:
     for call, error, status in cases:
         with pytest.raises(error) as info:
             call()
-        assert info.value.http_status == status and info.value.exit_code == 2 and info.value.code
+        assert http_status(info.value) == status and info.value.exit_code == 2 and info.value.code
     assert store.get("g").count == 2  # nothing above changed the gallery
     assert sorted(p.name for p in store.root.iterdir()) == ["g"]  # no "evil\n" directory
 
@@ -251,7 +252,7 @@ def test_one_gallery_name_rule_matched_whole_by_store_and_schema() -> None:
     from pydantic import ValidationError
 
     from lnserve.app.galleries.store import check_gallery_name
-    from lnserve.app.schemas_retrieval import GalleryCreate
+    from lnserve.app.schemas.retrieval import GalleryCreate
 
     for bad in ("evil\n", "a\nb", "", ".hidden", "a" * 129, "x/y"):
         with pytest.raises(GalleryInputError):
@@ -280,7 +281,7 @@ def test_a_short_vector_file_is_refused_never_zero_filled(tmp_path: Path) -> Non
     reopened = _store(tmp_path)
     with pytest.raises(GalleryCorruptError) as info:
         reopened.add_items("g", np.ones((1, 8), np.float32), ids=["x"])
-    assert info.value.http_status == 503 and info.value.exit_code == 2 and "truncated" in str(info.value)
+    assert http_status(info.value) == 503 and info.value.exit_code == 2 and "truncated" in str(info.value)
     assert path.stat().st_size == 5 * 4 * 8  # nothing written, nothing padded with zeros
     with pytest.raises(GalleryCorruptError):
         reopened.search("g", np.ones(8, np.float32), 3, query_kind="captions")
@@ -326,7 +327,7 @@ def test_damage_is_reported_as_corrupt_not_absent_nor_internal(fault: str, tmp_p
     for call in calls:
         with pytest.raises(GalleryCorruptError) as info:
             call()
-        assert reason in info.value.reason and info.value.http_status == 503
+        assert reason in info.value.reason and http_status(info.value) == 503
     listed = {e.name: e.as_dict() for e in reopened.list() + reopened.verify_all()}
     assert listed["g"]["state"] == "corrupt" and reason in listed["g"]["reason"]
     assert listed["other"]["state"] == "ok" and reopened.get("other").count == 0  # the others serve

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+from lnserve.app.runtime.scoring import order_violation
 from lnserve.models.losses import clip_each_gradient, contrastive_loss, error_matrix
 from lnserve.models.norms import l2normalize
 
@@ -35,6 +37,15 @@ def test_loss_matches_the_formula(method: str, margin: float) -> None:
     got = contrastive_loss(s, v, method=method, margin=margin).item()
     assert got == pytest.approx(_direct(s, v, method, margin), rel=1e-12)
     assert got > 0
+
+
+def test_training_error_matrix_is_the_reference_order_violation() -> None:
+    """One definition: the loss's torch error matrix equals the runtime's reference formula."""
+    gen = torch.Generator().manual_seed(1)
+    s = torch.rand(7, 16, generator=gen)
+    v = torch.rand(9, 16, generator=gen)
+    want = order_violation(s.numpy(), v.numpy())
+    np.testing.assert_allclose(error_matrix(s, v, "order").numpy(), want, rtol=0, atol=1e-6)
 
 
 def test_order_error_is_squared_violation_of_caption_over_image() -> None:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from lnserve.app.runtime.engine import Engine
+from lnserve.app.runtime.errors import OnnxModelError, ProviderUnavailableError
 from lnserve.app.runtime.onnx_export import export_onnx
-from lnserve.converters.errors import ManifestMismatchError, OnnxModelError, ProviderUnavailableError
+from lnserve.converters.errors import ManifestMismatchError
 from lnserve.converters.hashing import sha256_file
 from tests.conftest import OE_MODELS, ST_VARIANTS, inputs, run_cli
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lnserve.app.runtime.retrieval import NumbaKernel, NumpyKernel, get_kernel, score_info, top_k
-from lnserve.app.runtime.scoring import error_matrix
+from lnserve.app.runtime.scoring import error_matrix, order_violation
 from tests.conftest import OE_MODELS, golden
 
 NUMPY = NumpyKernel()
@@ -204,13 +204,8 @@ def test_scores_are_bit_identical_to_the_former_compiled_kernel() -> None:
 
 
 def _full_scan(queries: np.ndarray, items: np.ndarray, k: int, side: str) -> tuple[np.ndarray, np.ndarray]:
-    """Plain reference: the whole (Q, N) matrix in float32, stable sort."""
-    diff = (
-        queries[:, None, :] - items[None, :, :]
-        if side == "caption"
-        else items[None, :, :] - queries[:, None, :]
-    )
-    errs = (np.maximum(diff, 0) ** 2).sum(-1, dtype=np.float32)
+    """Plain reference: the whole (Q, N) matrix of the reference formula in float32, stable sort."""
+    errs = order_violation(queries, items) if side == "caption" else order_violation(items, queries).T
     order = np.argsort(errs, axis=1, kind="stable")[:, :k]
     return order, np.take_along_axis(errs, order, 1)
 

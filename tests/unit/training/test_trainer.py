@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from lnserve.app.runtime.engine import Engine
+from lnserve.app.runtime.errors import ProviderUnavailableError
 from lnserve.app.training.trainer import PairData, TrainConfig, Trainer, build_vocab
 from lnserve.app.training.world import World
-from lnserve.converters.errors import ProviderUnavailableError
 from tests.conftest import run_cli
 
 TINY = TrainConfig(cell="lngru", dim=16, dim_word=8, batch_size=32, epochs=2, valid_freq=4, seed=3)

@@ -10,7 +10,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import JSONResponse
 
-from lnserve.app.schemas_retrieval import GallerySummary
+from lnserve.app.schemas.retrieval import GallerySummary
 
 Encoding = Literal["float", "base64"]
 ModelName = Field(None, description="Model name (see GET /models); the default model when omitted.")

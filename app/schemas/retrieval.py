@@ -1,6 +1,6 @@
 """Request and response bodies of the gallery and retrieval routes (``/galleries``, ``/retrieve``).
 
-Kept apart from ``lnserve.app.schemas`` (encoding) because these describe stored items and ranked results;
+Kept apart from ``lnserve.app.schemas.encode`` because these describe stored items and ranked results;
 both modules share the conventions: ``extra="forbid"`` on requests, limits stated in the schema where static.
 """
 
@@ -16,7 +16,6 @@ GalleryKind = Literal["images", "captions"]
 assert set(GalleryKind.__args__) == set(KINDS)  # type: ignore[attr-defined]  # one list of kinds
 # pydantic's (Rust) regex: ``$`` is the end of the text, never before a trailing newline
 GALLERY_NAME = f"^{GALLERY_NAME_PATTERN}$"
-ItemId = Field(min_length=1, max_length=256, description="Unique within the gallery.")
 ModelField = Field(
     None, description="Model name (see GET /models); must be the gallery's model. Default: the gallery's."
 )

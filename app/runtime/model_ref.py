@@ -1,0 +1,59 @@
+"""``ModelRef``: the identity of a served model, as galleries pin it and the registry reports it.
+
+It lives in the runtime, beside the engine that opens artifacts, so that the registry and the gallery store
+both use it without one importing the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from lnserve.converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
+from lnserve.converters.hashing import sha256_file
+
+
+class PinnedModel(Protocol):
+    """What a gallery records of the model that embedded it (``GalleryInfo`` has these)."""
+
+    @property
+    def model_identity(self) -> str | None: ...
+
+    @property
+    def model_sha256(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """The identity of the model that embeds a gallery's items: queries must come from the same one."""
+
+    name: str
+    identity: str  # converters.artifact.model_identity: weights, vocabulary, cell, options
+    family: str
+    method: str
+    dim: int
+    manifest_sha256: str = ""  # of manifest.json now (recorded with new galleries, for information)
+    legacy_pins: frozenset[str] = frozenset()  # manifest sha256s galleries made before identities pinned
+
+    @classmethod
+    def from_artifact(cls, artifact: Any) -> ModelRef:
+        m = artifact.manifest
+        method = "cosine" if artifact.family == "skip-thoughts" else m["options"]["method"]
+        manifest_sha = sha256_file(artifact.path / MANIFEST)
+        before_export = unexported_manifest_sha256(m)
+        return cls(
+            name=artifact.name,
+            identity=model_identity(m),
+            family=artifact.family,
+            method=method,
+            dim=int(m["dims"]["output_dim"]),
+            manifest_sha256=manifest_sha,
+            legacy_pins=frozenset(p for p in (manifest_sha, before_export) if p),
+        )
+
+    def matches(self, info: PinnedModel) -> bool:
+        """Whether this model made the gallery's vectors: the same identity; for a gallery made before
+        identities existed, the manifest it pinned is this model's (now, or before ``lnserve export``)."""
+        if info.model_identity is not None:
+            return info.model_identity == self.identity
+        return info.model_sha256 in self.legacy_pins

@@ -1,0 +1,44 @@
+"""Rules stated once: each rule below has one definition in the source, which every caller uses.
+
+A second copy (a route restating the store's rule, a test restating a formula) would drift; these checks
+read the source, because behaviour alone cannot tell one definition from two identical ones.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import lnserve.app
+
+APP = Path(lnserve.app.__file__).parent
+
+
+def _sources() -> dict[str, str]:
+    return {p.relative_to(APP).as_posix(): p.read_text(encoding="utf-8") for p in APP.rglob("*.py")}
+
+
+def _where(pattern: str) -> list[str]:
+    rx = re.compile(pattern)
+    return sorted(name for name, text in _sources().items() if rx.search(text))
+
+
+def test_the_image_query_rule_is_stated_once() -> None:
+    assert _where(r"holds images: query it with captions") == ["galleries/store.py"]
+    assert _where(r"check_image_query\(info\)") == ["galleries/store.py", "routes/retrieve.py"]
+
+
+def test_random_item_ids_come_from_one_function() -> None:
+    assert _where(r"uuid4\(\)\.hex for") == []  # no list of fresh ids outside new_item_id
+    assert "galleries/store.py" in _where(r"def new_item_id\(")
+    assert "routes/galleries.py" in _where(r"new_item_id\(\)")
+
+
+def test_the_gallery_name_pattern_is_defined_once() -> None:
+    assert _where(r"\[A-Za-z0-9\]\[A-Za-z0-9\._-\]") == ["galleries/store.py"]
+
+
+def test_the_order_violation_formula_has_one_numpy_definition() -> None:
+    """The kernels in runtime/retrieval.py are tuned restatements, tested against scoring.order_violation."""
+    assert _where(r"def order_violation\(captions") == ["runtime/scoring.py"]
+    assert _where(r"np\.maximum\(.*\*\* ?2") == []
