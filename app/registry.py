@@ -120,6 +120,21 @@ class ModelEntry:
             self.prepare, sentences, pretokenized=pretokenized, eos=eos, truncate=truncate
         )
 
+    def tokenize(self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None) -> dict[str, Any]:
+        """``POST /tokenize``: each sentence's tokens and ids as ``prepare`` would look them up (no limit
+        on tokens: a user asks precisely to see a long sentence), unknown words marked."""
+        engine = self._engine()
+        self.check_count(len(sentences))
+        use_eos = engine.defaults["eos"] if eos is None else eos
+        unk = engine.vocab.unk
+        out = []
+        for pairs in engine.tokenize(sentences, pretokenized=pretokenized, eos=use_eos):
+            tokens = [{"token": t, "id": i, "unknown": unk is not None and i == unk} for t, i in pairs]
+            n_unk = sum(1 for t in tokens if t["unknown"])
+            out.append({"tokens": tokens, "token_count": len(tokens), "unk_count": n_unk})
+        tokenizer = "whitespace" if pretokenized else engine.tokenizer_name
+        return {"model": self.name, "tokenizer": tokenizer, "eos": use_eos, "unk_id": unk, "sentences": out}
+
     def unk_counts(self, seqs: list[list[int]]) -> list[int]:
         """Per sequence from ``prepare``: tokens that mapped to UNK."""
         return self._engine().unk_counts(seqs)

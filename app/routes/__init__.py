@@ -12,4 +12,5 @@ ROUTER_MODULES: tuple[str, ...] = (
     "metrics",
     "galleries",
     "retrieve",
+    "tokenize",
 )
