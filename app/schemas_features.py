@@ -35,3 +35,32 @@ class TokenizeResponse(BaseModel):
     eos: bool
     unk_id: int | None = Field(description="The id unknown words map to (null: the model has none).")
     sentences: list[TokenizedSentence]
+
+
+# -- /score ----------------------------------------------------------------------------------------
+class ScoreRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = ModelName
+    captions: list[str] = Field(
+        min_length=1, description="Captions (text), encoded with the model's defaults."
+    )
+    images: list[list[float]] = Field(min_length=1, description="CNN feature rows (M x dim_image).")
+    pretokenized: bool = Field(
+        False, description="Split captions on whitespace only, as the original code did."
+    )
+    truncate: bool = Field(False, description="Cut captions over max_tokens instead of refusing them.")
+
+
+class ScoreMeaning(BaseModel):
+    metric: str = Field(description="order_violation or negative_cosine: the model's own error.")
+    direction: str
+    meaning: str
+
+
+class ScoreResponse(BaseModel):
+    model: str
+    score: ScoreMeaning
+    scores: list[list[float]] = Field(
+        description="N x M: scores[i][j] is the error of caption i against image j (as `lnserve score`)."
+    )

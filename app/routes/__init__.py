@@ -13,4 +13,5 @@ ROUTER_MODULES: tuple[str, ...] = (
     "galleries",
     "retrieve",
     "tokenize",
+    "score",
 )
