@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lnserve.app.timing import record_job
 from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.batcher")
@@ -86,6 +88,9 @@ class _Job:
     tokens: int
     enqueued: float
     future: asyncio.Future[Any] = field(repr=False)
+    started: float = 0.0  # loop time its batch started
+    inference_s: float = 0.0  # its model call's duration
+    batch_rows: int = 0  # rows in its model call
 
 
 @dataclass(frozen=True)
@@ -167,10 +172,12 @@ class MicroBatcher:
         self._account(job, +1)
         self._wakeup.set()
         try:
-            return await job.future
+            result = await job.future
         except asyncio.CancelledError:
             self._withdraw(job)
             raise
+        record_job(queue_s=job.started - job.enqueued, inference_s=job.inference_s, batch_size=job.batch_rows)
+        return result
 
     async def close(self) -> None:
         """Finish every queued job, then stop the collector and the worker thread."""
@@ -277,9 +284,11 @@ class MicroBatcher:
     async def _run(self, batch: list[_Job]) -> None:
         """Run one batch; every job's future is resolved when this returns, whatever happened."""
         loop = asyncio.get_running_loop()
+        now = loop.time()
+        for job in batch:
+            job.started = now
         try:
             if self._observer:
-                now = loop.time()
                 self._observer.batch(
                     self.name,
                     sum(j.rows for j in batch),
@@ -290,7 +299,10 @@ class MicroBatcher:
             for job in batch:
                 groups.setdefault(job.key, []).append(job)
             outcomes = await loop.run_in_executor(self._executor, self._run_groups, groups)
-            for jobs, outcome in outcomes:
+            for jobs, outcome, seconds in outcomes:
+                rows = sum(j.rows for j in jobs)
+                for job in jobs:
+                    job.inference_s, job.batch_rows = seconds, rows
                 _resolve(jobs, outcome)
         finally:
             left = [job for job in batch if not job.future.done()]
@@ -301,15 +313,17 @@ class MicroBatcher:
 
     def _run_groups(
         self, groups: dict[Hashable, list[_Job]]
-    ) -> list[tuple[list[_Job], Sequence[Any] | BaseException]]:
-        """Worker thread: one model call per group; a failing group fails only its own jobs."""
-        outcomes: list[tuple[list[_Job], Sequence[Any] | BaseException]] = []
+    ) -> list[tuple[list[_Job], Sequence[Any] | BaseException, float]]:
+        """Worker thread: one model call per group, timed; a failing group fails only its own jobs."""
+        outcomes: list[tuple[list[_Job], Sequence[Any] | BaseException, float]] = []
         assert self._run_batch is not None
         for key, jobs in groups.items():
+            start = time.perf_counter()
             try:
-                outcomes.append((jobs, self._run_batch(key, [j.payload for j in jobs])))
+                outcome: Sequence[Any] | BaseException = self._run_batch(key, [j.payload for j in jobs])
             except Exception as exc:
-                outcomes.append((jobs, exc))
+                outcome = exc
+            outcomes.append((jobs, outcome, time.perf_counter() - start))
         return outcomes
 
 

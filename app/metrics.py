@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
+from lnserve.app.timing import RequestTiming
+
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -55,6 +57,27 @@ class Metrics:
             "Requests in flight (health, ready and metrics not counted).",
             registry=r,
         )
+
+        # per request, the values of its X-Queue-Time-Ms / X-Inference-Time-Ms / X-Batch-Size headers
+        self.request_queue = Histogram(
+            "lnserve_request_queue_seconds", "Per request that ran the model: its longest queue wait.",
+            ["route"], buckets=_LATENCY, registry=r,
+        )  # fmt: skip
+        self.request_inference = Histogram(
+            "lnserve_request_inference_seconds", "Per request that ran the model: time in model calls.",
+            ["route"], buckets=_LATENCY, registry=r,
+        )  # fmt: skip
+        self.request_batch = Histogram(
+            "lnserve_request_batch_size", "Per request that ran the model: rows in its (largest) model call.",
+            ["route"], buckets=_SIZES, registry=r,
+        )  # fmt: skip
+
+    def timing(self, route: str, timing: RequestTiming) -> None:
+        """A request's model timings (the same numbers as its timing headers); nothing if it ran no job."""
+        if timing.jobs:
+            self.request_queue.labels(route).observe(timing.queue_s)
+            self.request_inference.labels(route).observe(timing.inference_s)
+            self.request_batch.labels(route).observe(timing.batch_size)
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()

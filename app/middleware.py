@@ -34,6 +34,7 @@ from lnserve.app.errors import (
 from lnserve.app.lifecycle import Lifecycle
 from lnserve.app.log_setup import ACCESS_LOGGER
 from lnserve.app.metrics import Metrics
+from lnserve.app.timing import RequestTiming, current_timing
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("lnserve.errors")
@@ -73,13 +74,16 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})["request_id"] = rid
         status = 500
         started = False
+        timing = RequestTiming()
+        timing_token = current_timing.set(timing)  # the batcher adds each job's queue / model times
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status, started
             if message["type"] == "http.response.start":
                 status, started = message["status"], True
                 message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
+                extra = [(b"x-request-id", rid.encode()), *timing.headers()]
+                message["headers"] = [*message["headers"], *extra]
             await send(message)
 
         counted = scope["path"] not in self.probes
@@ -110,7 +114,9 @@ class RequestContextMiddleware:
             finally:
                 self._admit(-1 if counted else 0)
         finally:
+            current_timing.reset(timing_token)
             self._record(scope, rid, status, time.perf_counter() - start)
+            self.metrics.timing(getattr(scope.get("route"), "path", None) or "unmatched", timing)
 
     def _admit(self, delta: int) -> None:
         if delta:
