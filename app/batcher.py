@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lnserve.app.timing import record_job
+from lnserve.app.timing import record_job, request_deadline_s
 from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.batcher")
@@ -64,6 +64,13 @@ class ModelUnavailableError(LnserveError):
     http_status = 503
 
 
+class DeadlineExceededError(LnserveError):
+    """The job waited in the queue past its deadline: dropped unrun (its client has likely given up)."""
+
+    code = "deadline_exceeded"
+    http_status = 504
+
+
 class BatchError(LnserveError):
     """A batch could not be completed (a failing model or a bug); the job has no result (HTTP 500)."""
 
@@ -77,6 +84,8 @@ class BatchObserver(Protocol):
 
     def cancelled(self, model: str) -> None: ...
 
+    def expired(self, model: str) -> None: ...
+
     def depth(self, model: str, rows: int) -> None: ...
 
 
@@ -88,6 +97,7 @@ class _Job:
     tokens: int
     enqueued: float
     future: asyncio.Future[Any] = field(repr=False)
+    deadline_s: float | None = None  # longest queue wait before it is dropped
     started: float = 0.0  # loop time its batch started
     inference_s: float = 0.0  # its model call's duration
     batch_rows: int = 0  # rows in its model call
@@ -100,6 +110,7 @@ class BatchLimits:
     max_wait_s: float = 0.0
     max_queue: int = 1024
     retry_after_s: int = 1
+    deadline_s: float | None = None  # default queue deadline (a request's X-Request-Timeout-Ms overrides it)
 
 
 class MicroBatcher:
@@ -168,6 +179,7 @@ class MicroBatcher:
             )
         loop = asyncio.get_running_loop()
         job = _Job(key, payload, rows, tokens, loop.time(), loop.create_future())
+        job.deadline_s = request_deadline_s(self.limits.deadline_s)
         self._jobs.append(job)
         self._account(job, +1)
         self._wakeup.set()
@@ -275,11 +287,29 @@ class MicroBatcher:
                 break
             batch.append(self._jobs.popleft())
             self._account(job, -1)
-            if job.future.done():
+            if job.future.done() or self._expire(job):
                 batch.pop()
                 continue
             rows, tokens = rows + job.rows, tokens + job.tokens
         return batch
+
+    def _expire(self, job: _Job) -> bool:
+        """Drop a job that waited past its deadline (it never takes a batch slot): its caller gets 504."""
+        if job.deadline_s is None:
+            return False
+        waited = asyncio.get_running_loop().time() - job.enqueued
+        if waited <= job.deadline_s:
+            return False
+        job.future.set_exception(
+            DeadlineExceededError(
+                f"model {self.name!r}: the request waited {waited * 1000:.0f} ms in the queue, past its "
+                f"deadline of {job.deadline_s * 1000:.0f} ms (X-Request-Timeout-Ms / request_timeout_ms); "
+                "it was not run"
+            )
+        )
+        if self._observer:
+            self._observer.expired(self.name)
+        return True
 
     async def _run(self, batch: list[_Job]) -> None:
         """Run one batch; every job's future is resolved when this returns, whatever happened."""

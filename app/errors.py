@@ -26,6 +26,7 @@ LnserveError
 ├── OverloadedError            (overloaded, 429)          max_inflight requests in flight; has Retry-After
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
 ├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.batcher)
+├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline: dropped (app.batcher)
 ├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.batcher)
 ├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it

@@ -47,6 +47,12 @@ class Metrics:
         self.cancelled_jobs = Counter(
             "lnserve_cancelled", "Jobs withdrawn because the client went away.", ["model"], registry=r
         )
+        self.expired_jobs = Counter(
+            "lnserve_deadline_exceeded",
+            "Jobs dropped unrun: they waited in the queue past their deadline (504).",
+            ["model"],
+            registry=r,
+        )
         self.overloaded = Counter(
             "lnserve_overloaded",
             "Requests refused with 429 before their body was read: max_inflight requests were in flight.",
@@ -95,6 +101,9 @@ class Metrics:
 
     def cancelled(self, model: str) -> None:
         self.cancelled_jobs.labels(model).inc()
+
+    def expired(self, model: str) -> None:
+        self.expired_jobs.labels(model).inc()
 
     def depth(self, model: str, rows: int) -> None:
         self.queue_depth.labels(model).set(rows)

@@ -34,7 +34,7 @@ from lnserve.app.errors import (
 from lnserve.app.lifecycle import Lifecycle
 from lnserve.app.log_setup import ACCESS_LOGGER
 from lnserve.app.metrics import Metrics
-from lnserve.app.timing import RequestTiming, current_timing
+from lnserve.app.timing import RequestTiming, current_timing, parse_timeout_ms
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("lnserve.errors")
@@ -75,6 +75,7 @@ class RequestContextMiddleware:
         status = 500
         started = False
         timing = RequestTiming()
+        bad_timeout = _read_timeout(scope, timing)
         timing_token = current_timing.set(timing)  # the batcher adds each job's queue / model times
 
         async def send_wrapper(message: Message) -> None:
@@ -89,6 +90,8 @@ class RequestContextMiddleware:
         counted = scope["path"] not in self.probes
         try:
             refusal = self._refusal(scope, rid, counted)
+            if refusal is None and bad_timeout is not None:
+                refusal = error_response(422, "invalid_input", bad_timeout, request_id=rid)
             if refusal is not None:
                 await refusal(scope, receive, send_wrapper)
                 return
@@ -207,6 +210,17 @@ def _bearer_token(scope: Scope) -> bytes:
             scheme, _, token = value.decode("latin-1").partition(" ")
             return token.encode() if scheme.lower() == "bearer" else b""
     return b""
+
+
+def _read_timeout(scope: Scope, timing: RequestTiming) -> str | None:
+    """Put ``X-Request-Timeout-Ms`` (the request's queue deadline) into its timing; the reason if invalid."""
+    for name, value in scope.get("headers", ()):
+        if name == b"x-request-timeout-ms":
+            try:
+                timing.timeout_s = parse_timeout_ms(value.decode("latin-1"))
+            except ValueError as exc:
+                return str(exc)
+    return None
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -282,6 +282,7 @@ class ModelRegistry:
             max_wait_s=s.max_wait_ms / 1000.0,
             max_queue=s.max_queue,
             retry_after_s=s.retry_after_s,
+            deadline_s=s.request_timeout_ms / 1000.0,
         )
         for name, path, manifest in resolved:
             batcher = MicroBatcher(
