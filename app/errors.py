@@ -27,6 +27,7 @@ LnserveError
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
 ├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.batcher)
 ├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline: dropped (app.batcher)
+├── ReloadFailedError          (reload_failed, 422)       the new version failed to load (app.registry)
 ├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.batcher)
 ├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,13 +24,21 @@ from lnserve.app.galleries.store import ModelRef
 from lnserve.app.runtime.engine import Engine, bad_rows, nonfinite_error
 from lnserve.app.settings import Settings
 from lnserve.converters.artifact import MANIFEST
-from lnserve.converters.errors import ArtifactError, EncodeInputError, UserInputError
+from lnserve.converters.errors import ArtifactError, EncodeInputError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.registry")
 INLINE_TOKENIZE_CHARS = 64 * 1024  # larger request texts are tokenised off the event loop
 
 State = Literal["pending", "loading", "ready", "failed"]
 WARMUP_SENTENCE = "a dog sitting on a table"
+RETIRE_GRACE_S = 5.0  # a reloaded model's old version keeps taking jobs this long before it drains
+
+
+class ReloadFailedError(LnserveError):
+    """``POST /models/NAME/reload`` could not load, check or warm the new version: the old one serves on."""
+
+    code = "reload_failed"
+    http_status = 422
 
 
 def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, Any]]]:
@@ -84,6 +94,7 @@ class ModelEntry:
     ref: ModelRef | None = None  # identity galleries pin (weights, vocab, cell, options); set with engine
     state: State = "pending"
     error: str | None = field(default=None, repr=False)
+    loaded_at: float | None = None  # when this version turned ready (unix time)
 
     # -- requests -----------------------------------------------------------------------------------
     def check_count(self, n: int) -> None:
@@ -198,6 +209,9 @@ class ModelEntry:
             "backend": backend.name if backend else self.settings.backend,
             "providers": list(backend.providers) if backend else [],
             "precision": getattr(backend, "precision", "fp32"),
+            "sha256": self.ref.manifest_sha256 if self.ref else None,
+            "identity": self.ref.identity if self.ref else None,
+            "loaded_at": _iso(self.loaded_at),
         }
 
 
@@ -228,6 +242,14 @@ def _engine_runner(engine: Engine, batch_size: int, entry: ModelEntry):  # type:
     return run
 
 
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def _sha(entry: ModelEntry) -> str:
+    return entry.ref.manifest_sha256[:12] if entry.ref else "?"
+
+
 def describe_error(exc: BaseException) -> str:
     """``Type: first line of the message`` (ORT messages run to many lines)."""
     lines = str(exc).strip().splitlines()
@@ -246,6 +268,8 @@ class ModelRegistry:
         self.settings, self.observer = settings, observer
         self.entries: dict[str, ModelEntry] = {}
         self.default_name: str | None = None
+        self._reload_lock = asyncio.Lock()  # one reload at a time
+        self._retiring: set[asyncio.Task[None]] = set()  # old versions draining after a reload
 
     @property
     def ready(self) -> bool:
@@ -327,7 +351,7 @@ class ModelRegistry:
         await entry.encode_ids(seqs, normalize=None)
         if engine.family == "order-embedding":
             await entry.encode_images([[0.0] * entry.manifest["dims"]["dim_image"]])
-        entry.state = "ready"
+        entry.state, entry.loaded_at = "ready", time.time()
         log.info(
             "model %s ready (%s, %s)", entry.name, engine.backend.name, ",".join(engine.backend.providers)
         )
@@ -336,6 +360,59 @@ class ModelRegistry:
         """Drain every batcher (queued jobs finish) and stop the worker threads."""
         for entry in self.entries.values():
             await entry.batcher.close()
+        for task in list(self._retiring):
+            task.cancel()  # skips the grace period; the drain itself is shielded
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def reload(self, name: str) -> ModelEntry:
+        """Load the artifact now in model ``name``'s directory beside the serving version, warm it up,
+        switch to it atomically, then drain the old version (its queued jobs finish; it takes new jobs for
+        ``RETIRE_GRACE_S`` more, for requests that looked it up just before the switch).
+
+        Raises:
+            ModelNotFoundError: no model of that name.
+            ReloadFailedError: the new version cannot be read, verified or warmed (the old one serves on).
+        """
+        async with self._reload_lock:
+            old = self.get(name)
+            new = await self._load_version(old)
+            self.entries[name] = new  # requests from now on get the new version
+            log.info("model %s reloaded: sha256 %s -> %s", name, _sha(old), _sha(new))
+            task = asyncio.get_running_loop().create_task(self._retire(old), name=f"retire-{name}")
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+            return new
+
+    async def _load_version(self, old: ModelEntry) -> ModelEntry:
+        """A new, warmed-up entry for ``old``'s directory, or ReloadFailedError with the reason."""
+        try:
+            manifest = json.loads((old.path / MANIFEST).read_text(encoding="utf-8"))
+            if not isinstance(manifest, dict):
+                raise ArtifactError(f"{MANIFEST} is not a JSON object")
+        except (OSError, ValueError, ArtifactError) as exc:
+            raise ReloadFailedError(f"model {old.name!r}: {old.path}: not a model artifact ({exc})") from None
+        batcher = MicroBatcher(
+            name=old.name,
+            limits=old.batcher.limits,
+            observer=self.observer,
+            on_failure=self._batcher_failed(old.name),
+        )
+        new = ModelEntry(old.name, old.path, manifest, batcher, self.settings, state="loading")
+        try:
+            await self._load_one(new)
+        except Exception as exc:
+            await batcher.close()
+            log.warning("reload of model %s failed, the old version serves on: %s", old.name, exc)
+            raise ReloadFailedError(
+                f"model {old.name!r} was not reloaded, the old version serves on: {describe_error(exc)}"
+            ) from None
+        return new
+
+    async def _retire(self, old: ModelEntry) -> None:
+        try:
+            await asyncio.sleep(RETIRE_GRACE_S)
+        finally:
+            await asyncio.shield(old.batcher.close())
 
     def describe(self) -> list[dict[str, Any]]:
         return [e.describe(default=e.name == self.default_name) for e in self.entries.values()]

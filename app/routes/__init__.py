@@ -14,4 +14,5 @@ ROUTER_MODULES: tuple[str, ...] = (
     "retrieve",
     "tokenize",
     "score",
+    "reload",
 )
