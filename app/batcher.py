@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lnserve.app.timing import record_job, request_deadline_s
 from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.batcher")
@@ -59,6 +61,12 @@ class ModelUnavailableError(LnserveError):
     code = "model_unavailable"
 
 
+class DeadlineExceededError(LnserveError):
+    """The job waited in the queue past its deadline: dropped unrun (its client has likely given up)."""
+
+    code = "deadline_exceeded"
+
+
 class BatchError(LnserveError):
     """A batch could not be completed (a failing model or a bug); the job has no result (HTTP 500)."""
 
@@ -72,6 +80,8 @@ class BatchObserver(Protocol):
 
     def cancelled(self, model: str) -> None: ...
 
+    def expired(self, model: str) -> None: ...
+
     def depth(self, model: str, rows: int) -> None: ...
 
 
@@ -83,6 +93,10 @@ class _Job:
     tokens: int
     enqueued: float
     future: asyncio.Future[Any] = field(repr=False)
+    deadline_s: float | None = None  # longest queue wait before it is dropped
+    started: float = 0.0  # loop time its batch started
+    inference_s: float = 0.0  # its model call's duration
+    batch_rows: int = 0  # rows in its model call
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,7 @@ class BatchLimits:
     max_wait_s: float = 0.0
     max_queue: int = 1024
     retry_after_s: int = 1
+    deadline_s: float | None = None  # default queue deadline (a request's X-Request-Timeout-Ms overrides it)
 
 
 class MicroBatcher:
@@ -160,14 +175,17 @@ class MicroBatcher:
             )
         loop = asyncio.get_running_loop()
         job = _Job(key, payload, rows, tokens, loop.time(), loop.create_future())
+        job.deadline_s = request_deadline_s(self.limits.deadline_s)
         self._jobs.append(job)
         self._account(job, +1)
         self._wakeup.set()
         try:
-            return await job.future
+            result = await job.future
         except asyncio.CancelledError:
             self._withdraw(job)
             raise
+        record_job(queue_s=job.started - job.enqueued, inference_s=job.inference_s, batch_size=job.batch_rows)
+        return result
 
     async def close(self) -> None:
         """Finish every queued job, then stop the collector and the worker thread."""
@@ -265,18 +283,38 @@ class MicroBatcher:
                 break
             batch.append(self._jobs.popleft())
             self._account(job, -1)
-            if job.future.done():
+            if job.future.done() or self._expire(job):
                 batch.pop()
                 continue
             rows, tokens = rows + job.rows, tokens + job.tokens
         return batch
 
+    def _expire(self, job: _Job) -> bool:
+        """Drop a job that waited past its deadline (it never takes a batch slot): its caller gets 504."""
+        if job.deadline_s is None:
+            return False
+        waited = asyncio.get_running_loop().time() - job.enqueued
+        if waited <= job.deadline_s:
+            return False
+        job.future.set_exception(
+            DeadlineExceededError(
+                f"model {self.name!r}: the request waited {waited * 1000:.0f} ms in the queue, past its "
+                f"deadline of {job.deadline_s * 1000:.0f} ms (X-Request-Timeout-Ms / request_timeout_ms); "
+                "it was not run"
+            )
+        )
+        if self._observer:
+            self._observer.expired(self.name)
+        return True
+
     async def _run(self, batch: list[_Job]) -> None:
         """Run one batch; every job's future is resolved when this returns, whatever happened."""
         loop = asyncio.get_running_loop()
+        now = loop.time()
+        for job in batch:
+            job.started = now
         try:
             if self._observer:
-                now = loop.time()
                 self._observer.batch(
                     self.name,
                     sum(j.rows for j in batch),
@@ -287,7 +325,10 @@ class MicroBatcher:
             for job in batch:
                 groups.setdefault(job.key, []).append(job)
             outcomes = await loop.run_in_executor(self._executor, self._run_groups, groups)
-            for jobs, outcome in outcomes:
+            for jobs, outcome, seconds in outcomes:
+                rows = sum(j.rows for j in jobs)
+                for job in jobs:
+                    job.inference_s, job.batch_rows = seconds, rows
                 _resolve(jobs, outcome)
         finally:
             left = [job for job in batch if not job.future.done()]
@@ -298,15 +339,17 @@ class MicroBatcher:
 
     def _run_groups(
         self, groups: dict[Hashable, list[_Job]]
-    ) -> list[tuple[list[_Job], Sequence[Any] | BaseException]]:
-        """Worker thread: one model call per group; a failing group fails only its own jobs."""
-        outcomes: list[tuple[list[_Job], Sequence[Any] | BaseException]] = []
+    ) -> list[tuple[list[_Job], Sequence[Any] | BaseException, float]]:
+        """Worker thread: one model call per group, timed; a failing group fails only its own jobs."""
+        outcomes: list[tuple[list[_Job], Sequence[Any] | BaseException, float]] = []
         assert self._run_batch is not None
         for key, jobs in groups.items():
+            start = time.perf_counter()
             try:
-                outcomes.append((jobs, self._run_batch(key, [j.payload for j in jobs])))
+                outcome: Sequence[Any] | BaseException = self._run_batch(key, [j.payload for j in jobs])
             except Exception as exc:
-                outcomes.append((jobs, exc))
+                outcome = exc
+            outcomes.append((jobs, outcome, time.perf_counter() - start))
         return outcomes
 
 

@@ -28,6 +28,8 @@ LnserveError
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
 ├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.batcher)
 ├── ShardUnavailableError      (shard_unavailable, 503)   a Ray gallery shard did not answer (app.scale)
+├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline: dropped (app.batcher)
+├── ReloadFailedError          (reload_failed, 422)       the new version failed to load (app.registry)
 ├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.batcher)
 ├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
@@ -138,6 +140,7 @@ HTTP_STATUSES: dict[str, int] = {
     "method_not_allowed": 405,
     "gallery_exists": 409,
     "duplicate_item": 409,
+    "reload_failed": 422,
     "request_too_large": 413,
     "unsupported_media_type": 415,
     # the service's load and state
@@ -151,6 +154,7 @@ HTTP_STATUSES: dict[str, int] = {
     "gallery_corrupt": 503,
     "shard_unavailable": 503,
     "provider_unavailable": 503,
+    "deadline_exceeded": 504,
 }
 
 

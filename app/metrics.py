@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
+from lnserve.app.timing import RequestTiming
+
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -45,6 +47,12 @@ class Metrics:
         self.cancelled_jobs = Counter(
             "lnserve_cancelled", "Jobs withdrawn because the client went away.", ["model"], registry=r
         )
+        self.expired_jobs = Counter(
+            "lnserve_deadline_exceeded",
+            "Jobs dropped unrun: they waited in the queue past their deadline (504).",
+            ["model"],
+            registry=r,
+        )
         self.overloaded = Counter(
             "lnserve_overloaded",
             "Requests refused with 429 before their body was read: max_inflight requests were in flight.",
@@ -55,6 +63,27 @@ class Metrics:
             "Requests in flight (health, ready and metrics not counted).",
             registry=r,
         )
+
+        # per request, the values of its X-Queue-Time-Ms / X-Inference-Time-Ms / X-Batch-Size headers
+        self.request_queue = Histogram(
+            "lnserve_request_queue_seconds", "Per request that ran the model: its longest queue wait.",
+            ["route"], buckets=_LATENCY, registry=r,
+        )  # fmt: skip
+        self.request_inference = Histogram(
+            "lnserve_request_inference_seconds", "Per request that ran the model: time in model calls.",
+            ["route"], buckets=_LATENCY, registry=r,
+        )  # fmt: skip
+        self.request_batch = Histogram(
+            "lnserve_request_batch_size", "Per request that ran the model: rows in its (largest) model call.",
+            ["route"], buckets=_SIZES, registry=r,
+        )  # fmt: skip
+
+    def timing(self, route: str, timing: RequestTiming) -> None:
+        """A request's model timings (the same numbers as its timing headers); nothing if it ran no job."""
+        if timing.jobs:
+            self.request_queue.labels(route).observe(timing.queue_s)
+            self.request_inference.labels(route).observe(timing.inference_s)
+            self.request_batch.labels(route).observe(timing.batch_size)
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
@@ -72,6 +101,9 @@ class Metrics:
 
     def cancelled(self, model: str) -> None:
         self.cancelled_jobs.labels(model).inc()
+
+    def expired(self, model: str) -> None:
+        self.expired_jobs.labels(model).inc()
 
     def depth(self, model: str, rows: int) -> None:
         self.queue_depth.labels(model).set(rows)

@@ -35,6 +35,7 @@ from lnserve.app.errors import (
 from lnserve.app.lifecycle import Lifecycle
 from lnserve.app.log_setup import ACCESS_LOGGER
 from lnserve.app.metrics import Metrics
+from lnserve.app.timing import RequestTiming, current_timing, parse_timeout_ms
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("lnserve.errors")
@@ -43,16 +44,18 @@ _CLOSE = {"Connection": "close"}
 
 
 class _Sender:
-    """The ``send`` the app gets: adds ``X-Request-ID`` and remembers the status and whether it started."""
+    """The ``send`` the app gets: adds ``X-Request-ID`` and the timing headers (queue / model time, batch
+    size: set by the batcher while the request ran) and remembers the status and whether it started."""
 
-    def __init__(self, send: Send, rid: str) -> None:
-        self.send, self.rid = send, rid
+    def __init__(self, send: Send, rid: str, timing: RequestTiming) -> None:
+        self.send, self.rid, self.timing = send, rid, timing
         self.status, self.started = 500, False
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.status, self.started = message["status"], True
-            message["headers"] = [*message.get("headers", []), (b"x-request-id", self.rid.encode())]
+            extra = [(b"x-request-id", self.rid.encode()), *self.timing.headers()]
+            message["headers"] = [*message.get("headers", []), *extra]
         await self.send(message)
 
 
@@ -86,10 +89,15 @@ class RequestContextMiddleware:
         start = time.perf_counter()
         rid = _request_id(scope)
         scope.setdefault("state", {})["request_id"] = rid
-        out = _Sender(send, rid)
+        timing = RequestTiming()
+        bad_timeout = _read_timeout(scope, timing)
+        timing_token = current_timing.set(timing)  # the batcher adds each job's queue / model times
+        out = _Sender(send, rid, timing)
         counted = scope["path"] not in self.probes
         try:
             refusal = self._refusal(scope, rid, counted)
+            if refusal is None and bad_timeout is not None:
+                refusal = error_response(422, "invalid_input", bad_timeout, request_id=rid)
             if refusal is not None:
                 await refusal(scope, receive, out)
                 return
@@ -99,7 +107,9 @@ class RequestContextMiddleware:
             finally:
                 self._admit(-1 if counted else 0)
         finally:
+            current_timing.reset(timing_token)
             self._record(scope, rid, out.status, time.perf_counter() - start)
+            self.metrics.timing(getattr(scope.get("route"), "path", None) or "unmatched", timing)
 
     async def _run(self, scope: Scope, receive: Receive, out: _Sender) -> None:
         """The app, cut at the drain deadline; what escapes it is answered here when nothing was sent yet."""
@@ -213,6 +223,17 @@ def _bearer_token(scope: Scope) -> bytes:
             scheme, _, token = value.decode("latin-1").partition(" ")
             return token.encode() if scheme.lower() == "bearer" else b""
     return b""
+
+
+def _read_timeout(scope: Scope, timing: RequestTiming) -> str | None:
+    """Put ``X-Request-Timeout-Ms`` (the request's queue deadline) into its timing; the reason if invalid."""
+    for name, value in scope.get("headers", ()):
+        if name == b"x-request-timeout-ms":
+            try:
+                timing.timeout_s = parse_timeout_ms(value.decode("latin-1"))
+            except ValueError as exc:
+                return str(exc)
+    return None
 
 
 def _content_length(scope: Scope) -> int | None:

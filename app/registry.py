@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,13 +25,20 @@ from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.settings import InvalidSettingError, Settings
 from lnserve.converters.artifact import MANIFEST
-from lnserve.converters.errors import ArtifactError, UserInputError
+from lnserve.converters.errors import ArtifactError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.registry")
 INLINE_TOKENIZE_CHARS = 64 * 1024  # larger request texts are tokenised off the event loop
 
 State = Literal["pending", "loading", "ready", "failed"]
 WARMUP_SENTENCE = "a dog sitting on a table"
+RETIRE_GRACE_S = 5.0  # a reloaded model's old version keeps taking jobs this long before it drains
+
+
+class ReloadFailedError(LnserveError):
+    """``POST /models/NAME/reload`` could not load, check or warm the new version: the old one serves on."""
+
+    code = "reload_failed"
 
 
 def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, Any]]]:
@@ -89,6 +98,7 @@ class ModelEntry:
     ref: ModelRef | None = None  # identity galleries pin (weights, vocab, cell, options); set with engine
     state: State = "pending"
     error: str | None = field(default=None, repr=False)
+    loaded_at: float | None = None  # when this version turned ready (unix time)
 
     # -- requests -----------------------------------------------------------------------------------
     def check_count(self, n: int) -> None:
@@ -124,6 +134,21 @@ class ModelEntry:
         return await asyncio.to_thread(
             self.prepare, sentences, pretokenized=pretokenized, eos=eos, truncate=truncate
         )
+
+    def tokenize(self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None) -> dict[str, Any]:
+        """``POST /tokenize``: each sentence's tokens and ids as ``prepare`` would look them up (no limit
+        on tokens: a user asks precisely to see a long sentence), unknown words marked."""
+        engine = self._engine()
+        self.check_count(len(sentences))
+        use_eos = engine.defaults["eos"] if eos is None else eos
+        unk = engine.vocab.unk
+        out = []
+        for pairs in engine.tokenize(sentences, pretokenized=pretokenized, eos=use_eos):
+            tokens = [{"token": t, "id": i, "unknown": unk is not None and i == unk} for t, i in pairs]
+            n_unk = sum(1 for t in tokens if t["unknown"])
+            out.append({"tokens": tokens, "token_count": len(tokens), "unk_count": n_unk})
+        tokenizer = "whitespace" if pretokenized else engine.tokenizer_name
+        return {"model": self.name, "tokenizer": tokenizer, "eos": use_eos, "unk_id": unk, "sentences": out}
 
     def unk_counts(self, seqs: list[list[int]]) -> list[int]:
         """Per sequence from ``prepare``: tokens that mapped to UNK."""
@@ -188,6 +213,9 @@ class ModelEntry:
             "backend": backend.name if backend else self.settings.backend,
             "providers": list(backend.providers) if backend else [],
             "precision": getattr(backend, "precision", "fp32"),
+            "sha256": self.ref.manifest_sha256 if self.ref else None,
+            "identity": self.ref.identity if self.ref else None,
+            "loaded_at": _iso(self.loaded_at),
         }
 
 
@@ -218,6 +246,14 @@ def _engine_runner(engine: Engine, batch_size: int, entry: ModelEntry):  # type:
     return run
 
 
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def _sha(entry: ModelEntry) -> str:
+    return entry.ref.manifest_sha256[:12] if entry.ref else "?"
+
+
 def describe_error(exc: BaseException) -> str:
     """``Type: first line of the message`` (ORT messages run to many lines)."""
     lines = str(exc).strip().splitlines()
@@ -236,6 +272,8 @@ class ModelRegistry:
         self.settings, self.observer = settings, observer
         self.entries: dict[str, ModelEntry] = {}
         self.default_name: str | None = None
+        self._reload_lock = asyncio.Lock()  # one reload at a time
+        self._retiring: set[asyncio.Task[None]] = set()  # old versions draining after a reload
 
     @property
     def ready(self) -> bool:
@@ -272,6 +310,7 @@ class ModelRegistry:
             max_wait_s=s.max_wait_ms / 1000.0,
             max_queue=s.max_queue,
             retry_after_s=s.retry_after_s,
+            deadline_s=s.request_timeout_ms / 1000.0,
         )
         for name, path, manifest in resolved:
             batcher = MicroBatcher(
@@ -317,7 +356,7 @@ class ModelRegistry:
         if engine.family == "order-embedding":
             # ones, not zeros: with a zero projection bias a zero row has no direction (a 422, not a warm-up)
             await entry.encode_images([[1.0] * entry.manifest["dims"]["dim_image"]])
-        entry.state = "ready"
+        entry.state, entry.loaded_at = "ready", time.time()
         log.info(
             "model %s ready (%s, %s)", entry.name, engine.backend.name, ",".join(engine.backend.providers)
         )
@@ -326,6 +365,59 @@ class ModelRegistry:
         """Drain every batcher (queued jobs finish) and stop the worker threads."""
         for entry in self.entries.values():
             await entry.batcher.close()
+        for task in list(self._retiring):
+            task.cancel()  # skips the grace period; the drain itself is shielded
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def reload(self, name: str) -> ModelEntry:
+        """Load the artifact now in model ``name``'s directory beside the serving version, warm it up,
+        switch to it atomically, then drain the old version (its queued jobs finish; it takes new jobs for
+        ``RETIRE_GRACE_S`` more, for requests that looked it up just before the switch).
+
+        Raises:
+            ModelNotFoundError: no model of that name.
+            ReloadFailedError: the new version cannot be read, verified or warmed (the old one serves on).
+        """
+        async with self._reload_lock:
+            old = self.get(name)
+            new = await self._load_version(old)
+            self.entries[name] = new  # requests from now on get the new version
+            log.info("model %s reloaded: sha256 %s -> %s", name, _sha(old), _sha(new))
+            task = asyncio.get_running_loop().create_task(self._retire(old), name=f"retire-{name}")
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+            return new
+
+    async def _load_version(self, old: ModelEntry) -> ModelEntry:
+        """A new, warmed-up entry for ``old``'s directory, or ReloadFailedError with the reason."""
+        try:
+            manifest = json.loads((old.path / MANIFEST).read_text(encoding="utf-8"))
+            if not isinstance(manifest, dict):
+                raise ArtifactError(f"{MANIFEST} is not a JSON object")
+        except (OSError, ValueError, ArtifactError) as exc:
+            raise ReloadFailedError(f"model {old.name!r}: {old.path}: not a model artifact ({exc})") from None
+        batcher = MicroBatcher(
+            name=old.name,
+            limits=old.batcher.limits,
+            observer=self.observer,
+            on_failure=self._batcher_failed(old.name),
+        )
+        new = ModelEntry(old.name, old.path, manifest, batcher, self.settings, state="loading")
+        try:
+            await self._load_one(new)
+        except Exception as exc:
+            await batcher.close()
+            log.warning("reload of model %s failed, the old version serves on: %s", old.name, exc)
+            raise ReloadFailedError(
+                f"model {old.name!r} was not reloaded, the old version serves on: {describe_error(exc)}"
+            ) from None
+        return new
+
+    async def _retire(self, old: ModelEntry) -> None:
+        try:
+            await asyncio.sleep(RETIRE_GRACE_S)
+        finally:
+            await asyncio.shield(old.batcher.close())
 
     def describe(self) -> list[dict[str, Any]]:
         return [e.describe(default=e.name == self.default_name) for e in self.entries.values()]

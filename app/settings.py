@@ -95,6 +95,12 @@ class Settings(BaseSettings):
     )
     max_queue: int = Field(1024, ge=1, description="Sentences waiting per model; beyond it, 429.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429.")
+    request_timeout_ms: float = Field(
+        60000.0,
+        gt=0,
+        description="Queue deadline: a request still queued this long after it was queued is dropped before "
+        "it runs (504 deadline_exceeded); a request's X-Request-Timeout-Ms header overrides it.",
+    )
     max_inflight: int | None = Field(
         None,
         ge=1,

@@ -421,12 +421,22 @@ class GalleryStore:
         return report
 
     def remove(self, name: str) -> None:
-        """Delete a gallery and its files (a damaged one too). Raises GalleryNotFoundError."""
+        """Delete a gallery and its files (a damaged one too); ``DELETE /galleries/NAME`` and ``lnserve
+        gallery rm`` both come here. Crash-safe: one atomic rename to ``.NAME.removed-*`` (made durable) takes
+        the gallery away whole, then the files go; a crash in between leaves a leftover that no listing shows
+        and ``clean_leftovers`` deletes. The rename waits for a write in progress (the gallery's write lock),
+        so an add is either acknowledged before the removal or fails with gallery_not_found.
+
+        Raises:
+            GalleryNotFoundError: no gallery of that name.
+        """
         path = self._path(name)
         trash = self.root / f".{name}.removed-{uuid.uuid4().hex}"
+        lock = contextlib.nullcontext() if not (path / LOCK).is_file() else self._write_lock(name)
         try:
-            os.rename(path, trash)
-        except FileNotFoundError:
+            with lock:
+                os.rename(path, trash)
+        except (FileNotFoundError, GalleryNotFoundError):
             raise GalleryNotFoundError(f"no gallery named {name!r}") from None
         _fsync_dir(self.root)
         shutil.rmtree(trash, ignore_errors=True)

@@ -12,4 +12,7 @@ ROUTER_MODULES: tuple[str, ...] = (
     "metrics",
     "galleries",
     "retrieve",
+    "tokenize",
+    "score",
+    "reload",
 )

@@ -1,5 +1,5 @@
 """``/galleries``: create galleries, add items (captions as text, images as CNN features, encoded here
-with the gallery's model), delete items, list and describe galleries.
+with the gallery's model), delete items or whole galleries, list and describe galleries.
 
 An add is acknowledged (200 with the ids) only after the store has committed it durably; a crash before
 that leaves no trace of the batch (``lnserve.app.galleries.store``).
@@ -55,6 +55,13 @@ async def get_gallery(name: str, store: GalleriesDep) -> GalleryOut:
     """One gallery: kind, model, item count and what its scores mean."""
     info = await run_in_threadpool(store.get, name)
     return GalleryOut.model_validate(info.as_dict())
+
+
+@router.delete("/{name}", status_code=204, responses={404: {"model": ErrorBody}})
+async def delete_gallery(name: str, store: GalleriesDep) -> Response:
+    """Delete a whole gallery (a quarantined one too): the same crash-safe path as ``lnserve gallery rm``."""
+    await run_in_threadpool(store.remove, name)
+    return Response(status_code=204)
 
 
 @router.post("/{name}/items", response_model=ItemsAdded, responses=_CONFLICT)

@@ -147,6 +147,19 @@ class Engine:
             )
         return seqs
 
+    def tokenize(
+        self, sentences: Sequence[str], *, pretokenized: bool, eos: bool
+    ) -> list[list[tuple[str, int]]]:
+        """Per sentence, each token the model steps on (``<eos>`` last when on) with its id, exactly as
+        ``token_ids`` looks them up: ``POST /tokenize`` shows users which words the model does not know."""
+        tokenize = tokenizer_for(self.tokenizer_name, pretokenized=pretokenized)
+        out = []
+        for s in sentences:
+            tokens = tokenize(s)
+            ids = self.vocab.ids(tokens, eos=eos)
+            out.append(list(zip([*tokens, "<eos>"] if eos else tokens, ids, strict=True)))
+        return out
+
     def unk_counts(self, seqs: Sequence[Sequence[int]]) -> list[int]:
         """Per sequence from ``token_ids``: how many tokens mapped to UNK."""
         return unk_counts(seqs, self.vocab.unk)

@@ -138,6 +138,11 @@ class ModelInfo(BaseModel):
     backend: str
     providers: list[str] = Field(description="Execution providers actually in use.")
     precision: Literal["fp32", "fp16"] = Field("fp32", description="onnx backend precision profile.")
+    sha256: str | None = Field(
+        None, description="sha256 of the served version's manifest.json (null: loading)."
+    )
+    identity: str | None = Field(None, description="Model identity (what galleries pin; null: loading).")
+    loaded_at: str | None = Field(None, description="When the served version turned ready (UTC, ISO 8601).")
 
 
 class ModelList(BaseModel):

@@ -112,6 +112,8 @@ class _Observer:
 
     def cancelled(self, model: str) -> None: ...
 
+    def expired(self, model: str) -> None: ...
+
 
 def test_a_dead_collector_fails_queued_jobs_and_refuses_new_work_with_503() -> None:
     async def main() -> None:

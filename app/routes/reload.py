@@ -1,0 +1,26 @@
+"""``POST /models/{name}/reload``: serve a new version of a model's artifact without a restart.
+
+Behind the API key (like every non-public route). It loads only what is in the model's own configured
+directory (e.g. re-converted or pulled into the volume), never a path from the request.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from lnserve.app.deps import RegistryDep
+from lnserve.app.schemas import ErrorBody, ModelInfo
+
+router = APIRouter(tags=["models"])
+
+
+@router.post(
+    "/models/{name}/reload",
+    response_model=ModelInfo,
+    responses={404: {"model": ErrorBody}, 422: {"model": ErrorBody, "description": "reload_failed"}},
+)
+async def reload_model(name: str, registry: RegistryDep) -> ModelInfo:
+    """Load the artifact now in the model's directory beside the serving version, warm it up, switch to it
+    atomically and drain the old version; on failure the old version serves on and the reason is returned."""
+    entry = await registry.reload(name)
+    return ModelInfo.model_validate(entry.describe(default=name == registry.default_name))

@@ -1,0 +1,141 @@
+"""``POST /models/{name}/reload`` over a real server (behind the API key): a new artifact version written
+into the model's directory is loaded beside the old one, warmed, switched to atomically (requests running
+across the switch all succeed, each with exactly the old or the new vectors), and ``/models`` shows the new
+sha256 and load time; a reload from a broken directory answers 422 ``reload_failed`` with the reason and
+the old version keeps serving."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from lnserve.app.runtime.engine import Engine
+from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
+from tests.conftest import LEGACY, inputs
+from tests.e2e.server import start_server
+
+NAME = "served"
+KEY = "reload-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+CAPTIONS: list[str] = inputs()["order_embedding"]["captions"][:4]
+
+
+def _convert(out: Path, *, tuned: bool = False) -> None:
+    """A version of the served model, converted from the legacy checkpoint; ``tuned``: its word embeddings
+    changed, as a fine-tuned release would have them."""
+    model = read_order_embedding(LEGACY / "order_embedding" / "oe_order_gru")
+    if tuned:
+        model.tensors = {k: v * 1.5 if "embedding" in k else v for k, v in model.tensors.items()}
+    tmp = out.with_name(out.name + ".new")
+    write_order_embedding(model, tmp, name=NAME)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def _expected(model_dir: Path) -> np.ndarray:
+    return Engine.open(model_dir, backend="torch").encode_sentences(CAPTIONS)
+
+
+def _served(c: httpx.Client) -> dict[str, object]:
+    return next(m for m in c.get("/models", headers=AUTH).json()["models"] if m["name"] == NAME)
+
+
+def test_reload_switches_versions_and_a_failed_reload_keeps_the_old(tmp_path: Path) -> None:
+    model_dir = tmp_path / "models" / NAME
+    model_dir.parent.mkdir()
+    _convert(model_dir)
+    v1 = _expected(model_dir)
+    snapshot = tmp_path / "v2"
+    _convert(snapshot, tuned=True)  # the next version, computed before it is installed
+    v2 = _expected(snapshot)
+    assert np.abs(v1 - v2).max() > 1e-2  # the versions differ
+
+    server = start_server(tmp_path, "--models", str(model_dir), env={"LNSERVE_API_KEY": KEY})
+    try:
+        with httpx.Client(base_url=server.url, timeout=120, headers=AUTH) as c:
+
+            def encode() -> np.ndarray:
+                r = c.post("/encode", json={"sentences": CAPTIONS})
+                assert r.status_code == 200, r.text
+                return np.asarray(r.json()["vectors"], dtype=np.float32)
+
+            before = _served(c)
+            assert before["state"] == "ready" and len(str(before["sha256"])) == 64 and before["loaded_at"]
+            np.testing.assert_allclose(encode(), v1, atol=1e-5)
+
+            # the API key guards it
+            r = httpx.post(f"{server.url}/models/{NAME}/reload", timeout=60)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+
+            # install v2 and reload while requests keep coming: each gets v1 or v2, never an error
+            shutil.rmtree(model_dir)
+            shutil.copytree(snapshot, model_dir)
+            seen: list[str] = []
+            stop = threading.Event()
+
+            def hammer() -> None:
+                with httpx.Client(base_url=server.url, timeout=120, headers=AUTH) as h:
+                    while not stop.is_set():
+                        r = h.post("/encode", json={"sentences": CAPTIONS})
+                        if r.status_code != 200:
+                            seen.append(f"error {r.status_code}: {r.text}")
+                            continue
+                        got = np.asarray(r.json()["vectors"], dtype=np.float32)
+                        seen.append(
+                            "v1"
+                            if np.abs(got - v1).max() < 1e-5
+                            else "v2"
+                            if np.abs(got - v2).max() < 1e-5
+                            else "?"
+                        )
+
+            threads = [threading.Thread(target=hammer) for _ in range(3)]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 60
+            while "v1" not in seen:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            r = c.post(f"/models/{NAME}/reload")
+            assert r.status_code == 200, r.text
+            n_at_switch = len(seen)
+            while len(seen) < n_at_switch + 6:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            stop.set()
+            for t in threads:
+                t.join(60)
+            assert set(seen) == {"v1", "v2"} and seen[-1] == "v2", seen
+            assert seen.index("v2") >= seen.index("v1") and "v1" not in seen[n_at_switch + 3 :]
+
+            after = _served(c)
+            assert r.json()["sha256"] == after["sha256"] != before["sha256"]
+            assert (
+                str(after["loaded_at"]) > str(before["loaded_at"]) and after["identity"] != before["identity"]
+            )
+            np.testing.assert_allclose(encode(), v2, atol=1e-5)
+
+            # a broken version: the reload fails with the reason, v2 serves on
+            weights = next(p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".npz", ".onnx"))
+            weights.write_bytes(weights.read_bytes()[:-7])
+            r = c.post(f"/models/{NAME}/reload")
+            assert r.status_code == 422, r.text
+            err = r.json()["error"]
+            assert err["code"] == "reload_failed" and "old version serves on" in err["message"]
+            assert weights.name in err["message"] or "sha256" in err["message"], err["message"]
+            (model_dir / "manifest.json").write_text("{not json", encoding="utf-8")
+            r = c.post(f"/models/{NAME}/reload")
+            assert r.status_code == 422 and "not a model artifact" in r.json()["error"]["message"]
+            assert _served(c)["sha256"] == after["sha256"] and _served(c)["state"] == "ready"
+            np.testing.assert_allclose(encode(), v2, atol=1e-5)
+
+            r = c.post("/models/nope/reload")
+            assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+            assert c.get("/ready").status_code == 200
+    finally:
+        server.stop()
