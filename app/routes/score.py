@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
-from lnserve.app.gallery_ops import encode_inputs
+from lnserve.app.routes.gallery_helpers import encode_inputs
 from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.app.runtime.retrieval import metric_for, score_info
 from lnserve.app.runtime.scoring import error_matrix

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lnserve.app.batcher import DeadlineExceededError
+from lnserve.app.errors import http_status
 from lnserve.app.timing import RequestTiming, current_timing, parse_timeout_ms
 from tests.unit.app.test_batcher import Recorder, _batcher, _hold_worker, _until
 
@@ -55,7 +56,7 @@ def test_under_overload_no_batch_slot_goes_to_an_expired_job() -> None:
         for job in short:
             with pytest.raises(DeadlineExceededError) as err:
                 await job
-            assert err.value.http_status == 504 and err.value.code == "deadline_exceeded"
+            assert http_status(err.value) == 504 and err.value.code == "deadline_exceeded"
         seen = [p for _, payloads in rec.calls for p in payloads]
         assert seen == [[100], [100], [101], [102]]  # the blocker and the three kept jobs only
         assert obs.n == 20 and b.depth == 0
