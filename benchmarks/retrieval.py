@@ -11,7 +11,8 @@ first check asserts that the new kernels' top-10 scores are bit-identical to ``t
 hosts, where it used 16 lanes).
 
 The machine may be shared: every timing is taken ``--reps`` times, the kernels interleaved round-robin, and
-the table shows the best (``min``) and the median; the load average before and after is printed.
+the table shows the best (``min``) and the median; the load average before and after is printed. With
+``--wait-idle S`` each timing waits (up to S seconds) until the cores are >= 90% idle.
 
     python benchmarks/retrieval.py [--sizes 100000 1000000] [--kernels numba numpy torch-prev numpy-prev]
 """
@@ -177,14 +178,38 @@ def alu_ceiling(dim: int, batch: int, reps: int) -> float:
     return 20 * batch * len(tile) * dim / best
 
 
-def measure(jobs: dict[tuple[str, int], Callable[[], object]], reps: int) -> dict[tuple[str, int], Any]:
+def cpu_idle_fraction(window: float = 0.5) -> float:
+    """Share of the machine's CPU time that was idle over ``window`` seconds (Linux /proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]
+
+    total0, idle0 = sample()
+    time.sleep(window)
+    total1, idle1 = sample()
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_idle(limit: float) -> None:
+    """On a shared machine: wait (at most ``limit`` s) until other processes leave the cores >= 90% idle."""
+    deadline = time.monotonic() + limit
+    while limit > 0 and time.monotonic() < deadline and Path("/proc/stat").exists():
+        if cpu_idle_fraction() >= 0.9:
+            return
+
+
+def measure(
+    jobs: dict[tuple[str, int], Callable[[], object]], reps: int, idle_wait: float
+) -> dict[tuple[str, int], Any]:
     """Wall and process CPU seconds (all threads) of every job, ``reps`` rounds, round-robin so a burst of
-    load hits every kernel alike."""
+    load hits every kernel alike; with ``idle_wait``, each timing starts once the machine is idle."""
     times: dict[tuple[str, int], Any] = {key: ([], []) for key in jobs}
     for fn in jobs.values():  # warm-up
         fn()
     for _ in range(reps):
         for key, fn in jobs.items():
+            wait_idle(idle_wait)
             t0, c0 = time.perf_counter(), time.process_time()
             fn()
             times[key][0].append(time.perf_counter() - t0)
@@ -200,6 +225,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--numpy-max", type=int, default=200_000, help="skip numpy kernels above this size")
+    ap.add_argument(
+        "--wait-idle", type=float, default=0.0, help="shared machine: wait up to this many s for idle cores"
+    )
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}")
 
@@ -217,7 +245,7 @@ def main() -> None:
                 jobs[(name, nq)] = lambda q=queries[:nq], g=gallery, k=kernel: top_k(
                     q, g, 10, metric="order_violation", kernel=k
                 )
-        times = measure(jobs, args.reps)
+        times = measure(jobs, args.reps, args.wait_idle)
         mem = {name: peak_extra_mib(jobs[(name, args.batch)]) for name in active}
         rows.append((n, times, mem, list(active)))
         del gallery
