@@ -29,9 +29,11 @@ def convert_order_embedding(
     force: ForceOpt = False,
 ) -> None:
     """Convert an order-embedding checkpoint (PREFIX.npz + PREFIX.pkl)."""
+    from lnserve.app.commands.common import check_output_dir
     from lnserve.converters.artifact import model_name
     from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 
+    check_output_dir(out)
     model = read_order_embedding(prefix, cell=cell)
     manifest = write_order_embedding(model, out, name=model_name(out, name), overwrite=force)
     typer.echo(f"converted {prefix} ({manifest['cell']}, dim {manifest['dims']['dim']}) -> {out}")
@@ -50,9 +52,11 @@ def convert_skip_thoughts_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Convert skip-thoughts uni-skip and/or bi-skip (both give combine-skip)."""
+    from lnserve.app.commands.common import check_output_dir
     from lnserve.converters.artifact import model_name
     from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
+    check_output_dir(out)
     with _progress_bar() as bar:
         tasks: dict[str, int] = {}
 

@@ -22,8 +22,10 @@ import pytest
 from lnserve.app.commands.encode import IMAGE_CHUNK
 from lnserve.app.runtime.engine import Engine
 from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
-from tests.conftest import run_cli
+from tests.conftest import LEGACY, run_cli
 from tests.support.broken import OE_DIR
+
+ST_DIR = LEGACY / "skipthoughts_gru"
 
 Proc = subprocess.CompletedProcess[str]
 CLI = [sys.executable, "-c", "from lnserve.app.cli import main; main()"]
@@ -122,10 +124,30 @@ def _writes_dir(cmd: str, inp: dict[str, Path], out: Path) -> list[str]:
         "train world": ["train", "world", "--out", str(out)],
         "train order-embedding": ["train", "order-embedding", "--world", "demo", "--out", str(out)],
         "pull": ["pull", "rms-order", "--from", str(inp["caps"].parent), "--dir", str(out)],
+        "convert order-embedding": [
+            "convert",
+            "order-embedding",
+            str(OE_DIR / "oe_order_gru"),
+            "--out",
+            str(out),
+        ],
+        "convert skip-thoughts": [
+            "convert",
+            "skip-thoughts",
+            "--uni",
+            str(ST_DIR / "uni_skip.npz"),
+            "--tables",
+            str(ST_DIR),
+            "--out",
+            str(out),
+        ],
     }[cmd]
 
 
-@pytest.mark.parametrize("cmd", ["train world", "train order-embedding", "pull"])
+@pytest.mark.parametrize(
+    "cmd",
+    ["train world", "train order-embedding", "pull", "convert order-embedding", "convert skip-thoughts"],
+)
 def test_an_output_directory_naming_a_file_is_refused(cmd: str, inputs: dict[str, Path]) -> None:
     caps = inputs["caps"]
     flag = "--dir" if cmd == "pull" else "--out"

@@ -57,8 +57,11 @@ def rms_norm(g: GraphBuilder, z: str, gain: str, opset: int) -> str:
         return g.op("RMSNormalization", [z, gain], axis=-1, epsilon=EPS)
     two = g.cached("c_two", np.array(2.0, np.float32))
     eps = g.cached("c_eps", np.array(EPS, np.float32))
-    axes = g.cached("c_axes_last", np.array([-1], np.int64))
-    ms = g.op("ReduceMean", [g.op("Pow", [z, two]), axes], keepdims=1)
+    square = g.op("Pow", [z, two])
+    if opset >= 18:  # ReduceMean takes its axes as an input from opset 18, as an attribute before
+        ms = g.op("ReduceMean", [square, g.cached("c_axes_last", np.array([-1], np.int64))], keepdims=1)
+    else:
+        ms = g.op("ReduceMean", [square], axes=[-1], keepdims=1)
     y = g.op("Div", [z, g.op("Sqrt", [g.op("Add", [ms, eps])])])
     return g.op("Mul", [y, gain])
 
