@@ -38,7 +38,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     LNSERVE_HOST=0.0.0.0 \
     LNSERVE_PORT=8000 \
-    LNSERVE_GALLERIES_DIR=/data/galleries
+    LNSERVE_GALLERIES_DIR=/data/galleries \
+    NUMBA_CACHE_DIR=/home/lnserve/.cache/numba
 USER 10001:10001
 WORKDIR /home/lnserve
 VOLUME ["/models", "/data"]
