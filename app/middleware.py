@@ -108,8 +108,9 @@ class RequestContextMiddleware:
                 self._admit(-1 if counted else 0)
         finally:
             current_timing.reset(timing_token)
-            self._record(scope, rid, out.status, time.perf_counter() - start)
-            self.metrics.timing(getattr(scope.get("route"), "path", None) or "unmatched", timing)
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self._record(scope, rid, route, out.status, time.perf_counter() - start)
+            self.metrics.timing(route, timing)
 
     async def _run(self, scope: Scope, receive: Receive, out: _Sender) -> None:
         """The app, cut at the drain deadline; what escapes it is answered here when nothing was sent yet."""
@@ -183,8 +184,7 @@ class RequestContextMiddleware:
 
         return wrapped
 
-    def _record(self, scope: Scope, rid: str, status: int, seconds: float) -> None:
-        route = getattr(scope.get("route"), "path", None) or "unmatched"
+    def _record(self, scope: Scope, rid: str, route: str, status: int, seconds: float) -> None:
         self.metrics.request(route, scope["method"], status, seconds)
         if self.log_access:
             client: Any = scope.get("client")

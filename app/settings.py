@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     scorer: str = Field(
         "auto",
         description=f"Order-violation retrieval kernel: {', '.join(SCORERS)} "
-        "(auto: compiled when a C compiler is found, else numpy).",
+        "(auto: numba when it imports, else numpy; compiled is an alias of numba).",
     )
 
     # network

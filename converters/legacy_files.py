@@ -37,9 +37,9 @@ _ZIP_ERRORS = (
     EOFError,
     OSError,
     ValueError,
-    NotImplementedError,
-    RuntimeError,
-)  # RuntimeError: an encrypted member
+    NotImplementedError,  # zipfile's answer to a compression method it does not support
+    RuntimeError,  # an encrypted member
+)  # what reading a crafted or damaged archive raises: each becomes corrupt_file
 
 
 def require_file(path: Path) -> Path:

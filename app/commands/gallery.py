@@ -114,6 +114,9 @@ def ls(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List galleries: name, kind, items, dim, model and score direction."""
+    from lnserve.app.galleries.store import CorruptGallery
+    from lnserve.app.runtime.retrieval import score_info
+
     infos = _store(galleries_dir).list()
     if as_json:
         typer.echo(json.dumps([i.as_dict() for i in infos], indent=2))
@@ -123,10 +126,10 @@ def ls(
         return
     typer.echo(f"{'name':24} {'kind':8} {'items':>9} {'dim':>5}  {'model':24} score")
     for i in infos:
-        if i.as_dict()["state"] != "ok":
-            typer.echo(f"{i.name:24} CORRUPT: {i.reason}")  # type: ignore[union-attr]
+        if isinstance(i, CorruptGallery):
+            typer.echo(f"{i.name:24} CORRUPT: {i.reason}")
             continue
-        direction = i.as_dict()["score"]["direction"].replace("_", " ")
+        direction = score_info(i.metric)["direction"].replace("_", " ")
         typer.echo(f"{i.name:24} {i.kind:8} {i.count:>9} {i.dim:>5}  {i.model:24} {i.metric} ({direction})")
 
 

@@ -174,14 +174,11 @@ class Engine:
         batch_size: int = 128,
         progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
-        return self.encode(
-            sentences,
-            pretokenized=pretokenized,
-            eos=eos,
-            normalize=normalize,
-            batch_size=batch_size,
-            progress=progress,
-        ).vectors
+        """Vectors only: ``encode`` without its counts, which eval and gallery adds never read."""
+        eos = self.defaults["eos"] if eos is None else eos
+        normalize = self.defaults["normalize"] if normalize is None else normalize
+        seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=eos)
+        return self.encode_ids(seqs, normalize=normalize, batch_size=batch_size, progress=progress)
 
     def encode(
         self,

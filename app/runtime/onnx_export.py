@@ -67,7 +67,9 @@ def build_graphs(
     return graphs
 
 
-def build_fp16_graphs(artifact: Artifact, *, form: str = DEFAULT_FORM) -> dict[str, onnx.ModelProto]:
+def build_fp16_graphs(
+    artifact: Artifact, *, form: str = DEFAULT_FORM, check: bool = True
+) -> dict[str, onnx.ModelProto]:
     """The graphs with float16 weights and arithmetic, for GPUs; inputs and outputs stay float32.
 
     Built at opset 23 so that RMS cells use ``RMSNormalization``: like ``LayerNormalization`` its default
@@ -76,7 +78,7 @@ def build_fp16_graphs(artifact: Artifact, *, form: str = DEFAULT_FORM) -> dict[s
     """
     from onnxconverter_common import float16
 
-    graphs = build_graphs(artifact, opset=FP16_OPSET, form=form)
+    graphs = build_graphs(artifact, opset=FP16_OPSET, form=form, check=check)
     with warnings.catch_warnings():  # the converter warns about every value it rounds
         warnings.simplefilter("ignore")
         return {part: float16.convert_float_to_float16(m, keep_io_types=True) for part, m in graphs.items()}

@@ -25,8 +25,9 @@ vectors (dim 1024, 100k items) it pruned nothing for m <= 128; m = 384 pruned ~9
 queries but none for image queries, at a third of the full cost plus a column gather. It is data-dependent and
 never cheaper than the worst case here, so the scan stays exhaustive.
 
-``LNSERVE_SCORER`` picks one (``auto`` = numba when it imports, else numpy; ``compiled`` is an alias of
-``numba``); a numba kernel that fails to build falls back to numpy with a warning.
+The service's ``scorer`` setting (``LNSERVE_SCORER``) picks one; callers that name none get ``auto``
+(numba when it imports, else numpy; ``compiled`` is an alias of ``numba``). A numba kernel that fails to
+build falls back to numpy with a warning.
 """
 
 from __future__ import annotations

@@ -105,12 +105,11 @@ def replica_options(settings: Settings, topology: Topology, cpus: float) -> dict
     return options
 
 
-def build_galleries_app(root: Path, shards: int, cpus: float) -> Any:
+def build_galleries_app(root: Path, shards: int, cpus: float, scorer: str) -> Any:
     """Shards 1..S-1, then shard 0 with handles to them (it coordinates the writes)."""
     from ray import serve
 
     deployment = serve.deployment(GalleryShard)
-    scorer = os.environ.get("LNSERVE_SCORER")
     common = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": cpus}, "logging_config": QUIET}
     others = [
         deployment.options(name=shard_name(i), **common).bind(i, shards, str(root), scorer)
@@ -168,7 +167,9 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
         root = Path(settings.galleries_dir).expanduser() if settings.galleries_dir else default_root()
         serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=QUIET)
         serve.run(
-            build_galleries_app(root, opts.shards, opts.shard_cpus), name=GALLERIES_APP, route_prefix=None
+            build_galleries_app(root, opts.shards, opts.shard_cpus, settings.scorer),
+            name=GALLERIES_APP,
+            route_prefix=None,
         )
         if not settings.models:
             _install_demo_gallery(opts.shards)
