@@ -42,6 +42,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     NUMBA_CACHE_DIR=/home/lnserve/.cache/numba
 USER 10001:10001
 WORKDIR /home/lnserve
+# Compile the retrieval kernel into numba's cache now, so the first order-violation query of a container does
+# not wait ~5 s for the JIT (numba recompiles by itself if the serving CPU differs from the building one).
+RUN python3 -c "from lnserve.app.runtime.retrieval import get_kernel; assert get_kernel('numba').name == 'numba'"
 VOLUME ["/models", "/data"]
 EXPOSE 8000
 # /ready: 200 once every model is loaded and warmed up (urlopen raises on 503)

@@ -3,6 +3,7 @@ compose file's structure: GPU reservation, model volume, healthcheck on /ready, 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -73,3 +74,27 @@ def test_compose_environment_names_are_settings(service: dict[str, Any]) -> None
 
     for name in service["environment"]:
         assert name.startswith("LNSERVE_") and name[len("LNSERVE_") :].lower() in Settings.model_fields
+
+
+def test_the_image_build_fills_numbas_cache_for_the_retrieval_kernel(tmp_path: Path) -> None:
+    """The Dockerfile's warm-up step, run as written, leaves a cache that a fresh process loads instead of
+    compiling: the first order-violation query of a container does not wait for the JIT."""
+    run = next(ln for ln in (ROOT / "Dockerfile").read_text().splitlines() if "get_kernel(" in ln)
+    assert run.startswith('RUN python3 -c "') and run.endswith('"')
+    code = run.removeprefix('RUN python3 -c "').removesuffix('"')
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    build = subprocess.run(
+        [sys.executable, "-I", "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert build.returncode == 0, build.stderr
+    assert list(tmp_path.rglob("*.nbi")), "no numba cache index written"
+    probe = (
+        "from lnserve.app.runtime.retrieval import get_kernel; "
+        "from lnserve.app.runtime import numba_kernel as nk; get_kernel('numba'); "
+        "print(nk._scan.stats.cache_hits and 'hit', nk._scan.stats.cache_misses)"
+    )
+    start = subprocess.run(
+        [sys.executable, "-I", "-c", probe], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert start.returncode == 0, start.stderr
+    assert start.stdout.split()[0] == "hit", start.stdout
