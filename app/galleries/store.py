@@ -604,13 +604,12 @@ class GalleryStore:
             GalleryNotFoundError, GalleryMismatchError (model or kind), GalleryInputError (shape, k),
             GalleryCorruptError.
         """
-        info = self.get(name)
+        info, snap = self._snapshot(name)
         self._check_model(name, info, model=model)
         side = _query_side(info, query_kind)
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= MAX_K:
             raise GalleryInputError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
         q = _as_matrix(queries, info.dim, what="query vectors", limit=MAX_QUERIES)
-        snap = self._snapshot(name)
         if snap.vectors is None or q.shape[0] == 0:
             hits = [[] for _ in range(q.shape[0])]
         else:
@@ -649,9 +648,9 @@ class GalleryStore:
             for pos_row, score_row in zip(positions, scores, strict=True)
         ]
 
-    def _snapshot(self, name: str) -> _Snapshot:
-        """Live-row mask and vector map of verified rows, refreshed incrementally when rows were only
-        appended."""
+    def _snapshot(self, name: str) -> tuple[GalleryInfo, _Snapshot]:
+        """The gallery's identity (opened and checked once per search) with the live-row mask and vector map
+        of verified rows, refreshed incrementally when rows were only appended."""
         with self._gallery_lock(name), self._db(name) as db:
             db.execute("BEGIN")  # one consistent read of counters, checksums and items
             state = self._open(name, db)
@@ -659,7 +658,7 @@ class GalleryStore:
             old = self._snapshots.get(name)
             if old is not None and (old.key, old.n_rows, old.n_deleted) == (key, n_rows, n_deleted):
                 db.execute("COMMIT")
-                return old
+                return state.info, old
             valid = np.zeros(n_rows, dtype=bool)
             since = 0
             if old is not None and old.key == key and old.n_deleted == n_deleted and old.n_rows <= n_rows:
@@ -675,7 +674,7 @@ class GalleryStore:
             vectors = self._map_vectors(name, n_rows, state.info.dim)
             snap = _Snapshot(key, n_rows, n_deleted, valid, vectors)
             self._snapshots[name] = snap
-            return snap
+            return state.info, snap
 
     def _map_vectors(self, name: str, n_rows: int, dim: int) -> np.ndarray | None:
         if n_rows == 0:

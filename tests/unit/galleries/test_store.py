@@ -422,3 +422,21 @@ def test_a_gallery_repaired_by_another_process_is_served_afresh(tmp_path: Path) 
     hits = server.search("g", vecs[0], 12, query_kind="captions")["results"][0]
     assert {h["id"] for h in hits} == {"0", "1", "2", "3"} | {f"n{i}" for i in range(4, 12) if i != 9}
     assert server.get_item("g", "n10", with_vector=True)["vector"].tolist() == fresh[6].tolist()
+
+
+def test_a_search_opens_and_checks_the_gallery_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each open re-reads the counters and re-stats the files under the gallery's lock; a query used to do it
+    twice (once for the identity, once for the row map)."""
+    store, vecs = _three_adds(tmp_path)
+    opens: list[str] = []
+    real = GalleryStore._open_in_txn
+
+    def counted(self: GalleryStore, name: str, db: object, *, scan: bool) -> object:
+        opens.append(name)
+        return real(self, name, db, scan=scan)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GalleryStore, "_open_in_txn", counted)
+    for _ in range(2):  # the first search builds the row map, the second reuses it
+        opens.clear()
+        out = store.search("g", vecs[:2], 3, query_kind="captions", model=_toy_model())
+        assert len(out["results"]) == 2 and opens == ["g"]
