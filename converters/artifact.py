@@ -23,7 +23,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
-from lnserve.converters.hashing import sha256_file
+from lnserve.converters.hashing import sha256_file, sha256_unchanged_file
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -310,7 +310,7 @@ def _check_files(path: Path, files: Mapping[str, Mapping[str, Any]]) -> None:
         size = fpath.stat().st_size
         if size != meta.get("bytes"):
             raise ManifestMismatchError(f"{fpath}: {size} bytes, manifest says {meta.get('bytes')}")
-        if size <= _HASH_ON_LOAD_LIMIT and sha256_file(fpath) != meta.get("sha256"):
+        if size <= _HASH_ON_LOAD_LIMIT and sha256_unchanged_file(fpath) != meta.get("sha256"):
             raise ManifestMismatchError(
                 f"{fpath}: sha256 differs from the manifest (file modified or corrupt)"
             )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -153,3 +156,48 @@ def test_symlinked_output_is_refused_even_with_overwrite(dangling: bool, tmp_pat
         ["out", *(["elsewhere"] * (not dangling))]
     )
     assert dangling or (target / "keep.txt").read_text() == "mine"
+
+
+_COUNT_WEIGHT_READS = """
+import os, sys
+from pathlib import Path
+model = Path(sys.argv[1])
+weights = str(model / "weights.safetensors")
+reads = []
+sys.addaudithook(lambda event, args: event == "open" and str(args[0]) == weights and reads.append(1))
+from lnserve.app.runtime.engine import Engine
+from lnserve.app.server import check_models
+from lnserve.app.settings import load_settings
+check_models(load_settings({"models": [str(model)]}))
+Engine.open(model, backend="onnx")
+after_start = len(reads)
+with open(weights, "r+b") as f:  # the same bytes rewritten: a new mtime
+    first = f.read(1)
+    f.seek(0)
+    f.write(first)
+os.utime(weights, ns=(11 * 10**17, 11 * 10**17))  # still old, but another mtime
+before_reload = len(reads)
+Engine.open(model, backend="onnx")
+print(after_start, len(reads) - before_reload)
+"""
+
+
+def test_serve_reads_unchanged_weights_once_and_a_rewritten_file_again(
+    artifacts: dict[str, Path], tmp_path: Path
+) -> None:
+    """``serve`` checks every model before binding, then loads it: the weights were read and hashed twice
+    at each start (140 MB at skip-thoughts size)."""
+    model = tmp_path / "m"
+    shutil.copytree(artifacts["oe_order_lngru"], model)
+    for f in model.iterdir():
+        os.utime(f, ns=(10**18, 10**18))  # an old file: racy-clean, so its digest may be remembered
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _COUNT_WEIGHT_READS, str(model)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    at_start, after_rewrite = map(int, proc.stdout.split())
+    assert at_start == 1  # the check's hash; loading maps the file through safetensors' own reader
+    assert after_rewrite == 1  # new mtime: hashed again
