@@ -8,13 +8,16 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import numpy as np
 import typer
 
 from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.converters.errors import UserInputError
+
+if TYPE_CHECKING:  # rich loads only when a command draws progress
+    from rich.progress import Progress, ProgressColumn
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
 
@@ -136,21 +139,28 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], object], flag: str) -> 
             os.unlink(tmp)
 
 
-@contextmanager
-def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr when it is a terminal, nothing otherwise; yields ``advance(n)``."""
+def stderr_progress(*middle: ProgressColumn) -> Progress:
+    """A rich progress display on stderr (stdout carries results), drawn only when stderr is a terminal:
+    the description, a bar, then ``middle`` (counts, bytes, speed) and the time remaining."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(
+    return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        *middle,
         TimeRemainingColumn(),
         console=Console(stderr=True),
         transient=True,
         disable=not sys.stderr.isatty(),
     )
-    with bar:
+
+
+@contextmanager
+def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """One counted task on ``stderr_progress``; yields ``advance(n)``."""
+    from rich.progress import MofNCompleteColumn
+
+    with stderr_progress(MofNCompleteColumn()) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -52,12 +51,14 @@ def convert_skip_thoughts_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Convert skip-thoughts uni-skip and/or bi-skip (both give combine-skip)."""
-    from lnserve.app.commands.common import check_output_dir
+    from rich.progress import TaskProgressColumn
+
+    from lnserve.app.commands.common import check_output_dir, stderr_progress
     from lnserve.converters.artifact import model_name
     from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
     check_output_dir(out)
-    with _progress_bar() as bar:
+    with stderr_progress(TaskProgressColumn()) as bar:
         tasks: dict[str, int] = {}
 
         def progress(label: str, done: int, total: int) -> None:
@@ -77,19 +78,6 @@ def convert_skip_thoughts_cmd(
         )
     parts = ", ".join(f"{k} {v['cell']} {v['dim']}" for k, v in manifest["parts"].items())
     typer.echo(f"converted skip-thoughts ({parts}; output dim {manifest['dims']['output_dim']}) -> {out}")
-
-
-def _progress_bar():  # type: ignore[no-untyped-def]
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TimeRemainingColumn(),
-        transient=True,
-        disable=not sys.stderr.isatty(),
-    )
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lnserve.app.commands.common import check_output_dir
+from lnserve.app.commands.common import check_output_dir, stderr_progress
 from lnserve.converters.errors import UserInputError
 
 
@@ -74,7 +74,9 @@ def pull(
         export=export,
         keep_downloads=keep_downloads,
     )
-    with _download_progress() as bar:
+    from rich.progress import DownloadColumn, TransferSpeedColumn
+
+    with stderr_progress(DownloadColumn(), TransferSpeedColumn()) as bar:
         tasks: dict[str, int] = {}
 
         def for_file(filename: str):  # type: ignore[no-untyped-def]
@@ -124,29 +126,6 @@ def _print_catalog() -> None:
     for e in CATALOG.values():
         table.add_row(e.name, e.family, e.cell, ", ".join(e.local_names), e.size_label(), e.description)
     Console(width=200 if not sys.stdout.isatty() else None).print(table)
-
-
-def _download_progress():  # type: ignore[no-untyped-def]
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        disable=not sys.stderr.isatty(),
-    )
 
 
 def register(app: typer.Typer) -> None:

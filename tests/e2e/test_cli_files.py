@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pytest
@@ -241,14 +242,14 @@ def test_other_files_that_are_not_npy_arrays(
 
 
 # -- progress -----------------------------------------------------------------------------------------
-def run_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, bytes]:
+def run_on_a_terminal(
+    *args: str, timeout: float = 300, stdout: BinaryIO | int = subprocess.DEVNULL
+) -> tuple[int, bytes]:
     """Run the CLI with stderr on a pseudo-terminal; (exit code, what the terminal received)."""
     master, slave = pty.openpty()
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
     env.pop("NO_COLOR", None)
-    proc = subprocess.Popen(
-        [*CLI, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=env
-    )
+    proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=slave, env=env)
     os.close(slave)
     received = bytearray()
     deadline = time.monotonic() + timeout
@@ -327,3 +328,17 @@ def test_pull_defaults_to_artifacts_and_says_where_it_wrote(tmp_path: Path) -> N
     assert (art / "manifest.json").is_file()
     assert sorted(p.name for p in work.iterdir()) == ["artifacts"]  # not ./models, the package folder
     assert f"-> {art.resolve()}" in proc.stdout
+
+
+def test_convert_draws_progress_on_the_terminal_never_in_the_piped_output(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """With stderr a terminal and stdout a pipe (``lnserve ... > log``), the bar goes to the terminal and
+    stdout carries only the result line; convert's bar used to draw on stdout."""
+    with (tmp_path / "stdout").open("wb") as out:
+        code, terminal = run_on_a_terminal(
+            *_writes_dir("convert skip-thoughts", inputs, tmp_path / "out"), stdout=out
+        )
+    assert code == 0, terminal
+    stdout = (tmp_path / "stdout").read_text(encoding="utf-8")
+    assert len(stdout.splitlines()) == 1 and "\x1b" not in stdout, stdout
