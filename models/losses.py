@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-METHODS = ("order", "cosine")
+from lnserve.models.methods import METHODS
+
 DEFAULT_MARGINS = {"order": 0.05, "cosine": 0.2}
 
 

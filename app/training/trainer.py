@@ -33,7 +33,8 @@ from lnserve.converters.errors import UserInputError
 from lnserve.models.cell_types import GRU_CELLS
 from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig
 from lnserve.models.init import RECURRENT_INITS, init_order_embedding
-from lnserve.models.losses import DEFAULT_MARGINS, METHODS, clip_each_gradient, contrastive_loss
+from lnserve.models.losses import DEFAULT_MARGINS, clip_each_gradient, contrastive_loss
+from lnserve.models.methods import METHODS
 from lnserve.models.tokenize import coco_tokens
 
 FIRST_WORD = 2  # after <eos> (0) and UNK (1)

@@ -42,3 +42,14 @@ def test_the_order_violation_formula_has_one_numpy_definition() -> None:
     """The kernels in runtime/retrieval.py are tuned restatements, tested against scoring.order_violation."""
     assert _where(r"def order_violation\(captions") == ["runtime/scoring.py"]
     assert _where(r"np\.maximum\(.*\*\* ?2") == []
+
+
+def test_the_scoring_method_names_are_listed_once() -> None:
+    import lnserve.models
+
+    models = Path(lnserve.models.__file__).parent
+    sources = {
+        p.as_posix(): p.read_text(encoding="utf-8") for root in (APP, models) for p in root.rglob("*.py")
+    }
+    listed = sorted(p for p, text in sources.items() if re.search(r'\(\s*"order",\s*"cosine"\s*\)', text))
+    assert [Path(p).name for p in listed] == ["methods.py"]
