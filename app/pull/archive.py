@@ -15,6 +15,7 @@ from pathlib import Path
 from lnserve.app.pull.errors import UnsafeArchiveError
 
 _CHUNK = 1 << 20
+MAX_MEMBER_BYTES = 1 << 30  # the published order-embedding snapshots are tens of MB each
 
 
 def extract_members(archive: Path, members: Mapping[str, str], dest: Path) -> dict[str, Path]:
@@ -29,7 +30,9 @@ def extract_members(archive: Path, members: Mapping[str, str], dest: Path) -> di
         local name -> extracted path.
 
     Raises:
-        UnsafeArchiveError: the archive is unreadable, lacks a member, or a name is not a plain file name.
+        UnsafeArchiveError: the archive is unreadable, lacks a member, a name is not a plain file name, or
+            a member would expand past ``MAX_MEMBER_BYTES`` (checked on the declared size before anything is
+            written; zipfile then stops reading at that size).
     """
     out: dict[str, Path] = {}
     try:
@@ -40,6 +43,11 @@ def extract_members(archive: Path, members: Mapping[str, str], dest: Path) -> di
                         f"{archive}: refusing local name {local!r} (not a plain file name)"
                     )
                 info = _find(zf, member, archive)
+                if info.file_size > MAX_MEMBER_BYTES:
+                    raise UnsafeArchiveError(
+                        f"{archive}: member {member!r} would expand to {info.file_size} bytes, over the "
+                        f"{MAX_MEMBER_BYTES} byte limit for a model snapshot (a zip bomb?)"
+                    )
                 target = dest / local
                 part = target.with_name(f".{local}.extracting")
                 with zf.open(info) as src, part.open("wb") as dst:

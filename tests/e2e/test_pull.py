@@ -25,7 +25,9 @@ from typing import cast
 import numpy as np
 import pytest
 
+from lnserve.app.pull.archive import MAX_MEMBER_BYTES
 from tests.conftest import LEGACY, golden, inputs, run_cli
+from tests.support import forged
 
 OE = LEGACY / "order_embedding"
 FAST = ("--retries", "3", "--backoff", "0.01")
@@ -294,3 +296,23 @@ def test_pull_no_export_leaves_the_graphs_out(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((root / "rms-order" / "manifest.json").read_text())
     assert "onnx" not in manifest and not (root / "rms-order" / "onnx").exists()
+
+
+def test_pull_refuses_an_archive_member_that_would_fill_the_disk(server: Server, tmp_path: Path) -> None:
+    """A snapshot member that honestly inflates past the limit (1 GiB of zeros in ~1 MB) is refused from its
+    header before a byte is written; before the limit, pull wrote it all out and only the converter balked."""
+    base, state = server
+    zipped = tmp_path / "models.zip"
+    forged.write_zip(
+        zipped,
+        [
+            forged.deflate_bomb("snapshots/symmetric.npz", b"", MAX_MEMBER_BYTES + 1),
+            forged.stored("snapshots/symmetric.pkl", (OE / "oe_symmetric_gru.pkl").read_bytes()),
+        ],
+    )
+    state.files["models.zip"] = zipped.read_bytes()
+    root = tmp_path / "models"
+    proc = pull(base, root, "symmetric")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "[unsafe_archive]" in proc.stderr and f"{MAX_MEMBER_BYTES} byte limit" in proc.stderr
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size > 64 << 20 and p != zipped]
