@@ -604,6 +604,20 @@ class GalleryStore:
             GalleryNotFoundError, GalleryMismatchError (model or kind), GalleryInputError (shape, k),
             GalleryCorruptError.
         """
+        return self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=False)
+
+    def _search(
+        self,
+        name: str,
+        queries: np.ndarray,
+        k: int,
+        *,
+        query_kind: str,
+        model: ModelRef | None,
+        with_rows: bool,
+    ) -> dict[str, Any]:
+        """``search``; with ``with_rows`` each hit also carries ``row``, its position in this store's vector
+        file (a shard maps it to the gallery-wide position without looking the id up again)."""
         info, snap = self._snapshot(name)
         self._check_model(name, info, model=model)
         side = _query_side(info, query_kind)
@@ -622,13 +636,13 @@ class GalleryStore:
                 valid=snap.valid,
                 kernel=get_kernel(self.scorer) if info.metric == "order_violation" else None,
             )
-            hits = self._resolve(name, found.positions, found.scores)
+            hits = self._resolve(name, found.positions, found.scores, with_rows=with_rows)
         return {"gallery": name, "score": score_info(info.metric), "results": hits}
 
     def _resolve(
-        self, name: str, positions: list[np.ndarray], scores: list[np.ndarray]
+        self, name: str, positions: list[np.ndarray], scores: list[np.ndarray], *, with_rows: bool
     ) -> list[list[dict[str, Any]]]:
-        """Positions -> {id, score, payload}; an item deleted since the scan is dropped."""
+        """Positions -> {id, score, payload} (and ``row``); an item deleted since the scan is dropped."""
         wanted = sorted({int(p) for row in positions for p in row})
         rows: dict[int, tuple[str, Any]] = {}
         with self._db(name) as db:
@@ -639,14 +653,17 @@ class GalleryStore:
                     f"SELECT pos, id, payload FROM items WHERE pos IN ({marks})", part
                 ):
                     rows[pos] = (item_id, _load_payload(name, payload))
-        return [
-            [
-                {"id": rows[int(p)][0], "score": float(s), "payload": rows[int(p)][1]}
-                for p, s in zip(pos_row, score_row, strict=True)
-                if int(p) in rows
-            ]
-            for pos_row, score_row in zip(positions, scores, strict=True)
-        ]
+        out = []
+        for pos_row, score_row in zip(positions, scores, strict=True):
+            hits = []
+            for p, s in zip(pos_row.tolist(), score_row.tolist(), strict=True):
+                if p in rows:
+                    hit = {"id": rows[p][0], "score": s, "payload": rows[p][1]}
+                    if with_rows:
+                        hit["row"] = p
+                    hits.append(hit)
+            out.append(hits)
+        return out
 
     def _snapshot(self, name: str) -> tuple[GalleryInfo, _Snapshot]:
         """The gallery's identity (opened and checked once per search) with the live-row mask and vector map

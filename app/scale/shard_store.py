@@ -89,13 +89,12 @@ class ShardStore(GalleryStore):
     ) -> dict[str, Any]:
         """``search``, each hit with ``pos``, its global position (a hit deleted meanwhile is dropped)."""
         queries = np.array(queries, dtype=np.float32)  # writable: Ray hands over read-only buffers
-        found = self.search(name, queries, k, query_kind=query_kind, model=model)
-        wanted = [h["id"] for hits in found["results"] for h in hits]
-        positions = self.global_positions(name, wanted)
-        found["results"] = [
-            [{**h, "pos": positions[h["id"]]} for h in hits if h["id"] in positions]
-            for hits in found["results"]
-        ]
+        found = self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=True)
+        if any(found["results"]):
+            runs = self._placement_runs(name)
+            for hits in found["results"]:
+                for hit in hits:
+                    hit["pos"] = _global_position(name, runs, hit.pop("row"))
         return found
 
     def global_positions(self, name: str, ids: Sequence[str]) -> dict[str, int]:
@@ -109,16 +108,19 @@ class ShardStore(GalleryStore):
                 local.update(db.execute(f"SELECT id, pos FROM items WHERE id IN ({marks})", part).fetchall())
         if not local:
             return {}
-        with self._placement(name) as db:
-            runs = db.execute("SELECT local_start, global_start FROM batches ORDER BY local_start").fetchall()
-        starts = [r[0] for r in runs]
-        out = {}
-        for item_id, pos in local.items():
-            i = bisect.bisect_right(starts, pos) - 1
-            if i < 0:
-                raise RuntimeError(f"gallery {name!r}: row {pos} has no placement record")
-            out[item_id] = runs[i][1] + (pos - runs[i][0])
-        return out
+        runs = self._placement_runs(name)
+        return {item_id: _global_position(name, runs, pos) for item_id, pos in local.items()}
+
+    def _placement_runs(self, name: str) -> list[tuple[int, int]]:
+        """Every batch's ``(local_start, global_start)``, ascending: one read-only query, for searches."""
+        path = self._path(name) / PLACEMENT
+        if not path.is_file():  # no batch placed yet: the gallery has no rows to map
+            return []
+        db = sqlite3.connect(path, timeout=60, isolation_level=None)
+        try:
+            return db.execute("SELECT local_start, global_start FROM batches ORDER BY local_start").fetchall()
+        finally:
+            db.close()
 
     @contextlib.contextmanager
     def _placement(self, name: str) -> Iterator[sqlite3.Connection]:
@@ -135,3 +137,11 @@ class ShardStore(GalleryStore):
             yield db
         finally:
             db.close()
+
+
+def _global_position(name: str, runs: list[tuple[int, int]], row: int) -> int:
+    """The gallery-wide position of this shard's ``row``: its batch's global start plus the offset in it."""
+    i = bisect.bisect_right(runs, (row, float("inf"))) - 1
+    if i < 0:
+        raise RuntimeError(f"gallery {name!r}: row {row} has no placement record")
+    return runs[i][1] + (row - runs[i][0])

@@ -41,3 +41,25 @@ def test_placed_batches_report_global_positions(tmp_path: Path) -> None:
     assert {h["id"]: h["pos"] for h in hits} == {"a": 0, "b": 1, "c": 5, "e": 7, "f": 11, "g": 12}
     plain = store.search("g", _vecs(1, 4), 10, query_kind="captions", model=MODEL)["results"][0]
     assert [{k: v for k, v in h.items() if k != "pos"} for h in hits] == plain  # the store's own answer
+
+
+def test_a_shard_search_opens_the_gallery_once_and_maps_rows_without_id_lookups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard used to re-open and re-check the gallery to find the placement file, then look every hit's
+    id up again to learn the row the scan had already found."""
+    store = ShardStore(shard_root(tmp_path, 0, 2))
+    store.create("g", kind="images", model=MODEL)
+    store.add_placed("g", _vecs(4, 0), ids=list("abcd"), payloads=None, model=MODEL, global_start=3)
+    opens: list[str] = []
+    real = ShardStore._open_in_txn
+
+    def counted(self: ShardStore, name: str, db: object, *, scan: bool) -> object:
+        opens.append(name)
+        return real(self, name, db, scan=scan)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ShardStore, "_open_in_txn", counted)
+    monkeypatch.setattr(ShardStore, "global_positions", None)  # the id -> position lookup is not needed
+    found = store.search_placed("g", _vecs(2, 1), 3, query_kind="captions", model=MODEL)
+    assert opens == ["g"]
+    assert all(h["pos"] == 3 + "abcd".index(h["id"]) and "row" not in h for r in found["results"] for h in r)
