@@ -4,8 +4,9 @@ Run: ``.venv/bin/python benchmarks/encode_throughput.py [--quick] [--seconds 1.5
 Subsets: ``--dims oe --batches 32,128 --lengths 13 --methods onnx,torch``; ``--graphs NAME,...`` adds
 graph variants of ``benchmarks/graph_variants.py`` (``VARIANTS``; ``production`` is a second session of the
 served graph: a control for session-to-session noise); ``--compiled default,freeze,autotune`` adds
-inductor-compiled torch; instead of the table, ``--profile`` prints onnxruntime's time per op type and
-``--gemm-floor`` the graph against its GEMMs timed alone. ``--quick`` takes ~1 min; the full table ~10 min.
+inductor-compiled torch; ``--spin`` the served graph with ORT's intra-op threads spinning. Instead of the
+table, ``--profile`` prints onnxruntime's time per op type and ``--gemm-floor`` the graph against its GEMMs
+timed alone. ``--quick`` takes ~1 min; the full table ~10 min.
 
 For the LN-GRU at the order-embedding dims (300 -> 1024) and the uni-skip dims (620 -> 2400), batch
 1/32/128/256 and lengths 8/13/32, it prints each method's per-batch latency and FLOP rate over the ceiling:
@@ -276,6 +277,14 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
             sessions[f"onnx[{name}]"] = ort_session(
                 build_variant_graph("lngru", w, **VARIANTS[name]), args.threads
             )
+    if args.spin:  # the served graph with ORT's worker threads spinning between ops (the service sets "0")
+        so = session_options(args.threads)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        sessions["onnx[spin]"] = ort.InferenceSession(
+            build_recurrent_encoder_graph("lngru", w).SerializeToString(),
+            so,
+            providers=["CPUExecutionProvider"],
+        )
     compiled = {}
     # Each mode and (T, B) compiles LastState.forward anew; past dynamo's limit (8) it silently runs eager.
     torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
@@ -342,7 +351,11 @@ def run(args: argparse.Namespace) -> None:
                 lens = np.full(b, steps, dtype=np.int64)
                 with torch.inference_mode():
                     calls = cell_methods(setup, args.methods, x, lens)
-                    settle = {m: args.settle if m in TORCH_METHODS or "inductor" in m else 0.0 for m in calls}
+                    spinners = ("inductor", "[spin]")
+                    settle = {
+                        m: args.settle if m in TORCH_METHODS or any(k in m for k in spinners) else 0.0
+                        for m in calls
+                    }
                     timings = measure_cell(
                         calls, ceiling, seconds=args.seconds, rounds=args.rounds, settle=settle
                     )
@@ -562,6 +575,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--compiled", type=_csv(str), default=[], help=f"torch.compile modes: {list(COMPILE_MODES)}"
     )
+    parser.add_argument("--spin", action="store_true", help="add onnx[spin]: ORT threads allowed to spin")
     parser.add_argument("--profile", action="store_true", help="ORT per-op-type profile instead of the table")
     parser.add_argument("--gemm-floor", action="store_true", help="the graph vs its GEMMs alone, no profiler")
     parser.add_argument("--no-fp16", action="store_true", help="skip the fp16 drift check")
