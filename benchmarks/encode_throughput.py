@@ -231,10 +231,12 @@ def naive_loop(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor) 
     return h
 
 
-def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
-    sess = ort.InferenceSession(
-        model.SerializeToString(), session_options(threads), providers=["CPUExecutionProvider"]
-    )
+def ort_session(model: onnx.ModelProto, threads: int, *, spin: bool = False) -> ort.InferenceSession:
+    """A CPU session as the service makes one; ``spin``: its intra-op threads may spin (the service: no)."""
+    so = session_options(threads)
+    if spin:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert sess.get_providers()[0] == "CPUExecutionProvider"
     return sess
 
@@ -277,13 +279,9 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
             sessions[f"onnx[{name}]"] = ort_session(
                 build_variant_graph("lngru", w, **VARIANTS[name]), args.threads
             )
-    if args.spin:  # the served graph with ORT's worker threads spinning between ops (the service sets "0")
-        so = session_options(args.threads)
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1")
-        sessions["onnx[spin]"] = ort.InferenceSession(
-            build_recurrent_encoder_graph("lngru", w).SerializeToString(),
-            so,
-            providers=["CPUExecutionProvider"],
+    if args.spin:  # the served graph with ORT's worker threads spinning between ops (the service: not)
+        sessions["onnx[spin]"] = ort_session(
+            build_recurrent_encoder_graph("lngru", w), args.threads, spin=True
         )
     compiled = {}
     # Each mode and (T, B) compiles LastState.forward anew; past dynamo's limit (8) it silently runs eager.
@@ -486,7 +484,7 @@ def fp16_drift(dims: dict[str, tuple[int, int]], threads: int) -> None:
         )
 
 
-def matmul_call(m: int, k: int, n: int, threads: int) -> Callable[[], object]:
+def matmul_call(m: int, k: int, n: int, threads: int, *, spin: bool = False) -> Callable[[], object]:
     """One (m, k) x (k, n) MatMul with the weight as an initializer (MLAS prepacks it, as in the encoder)."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -501,7 +499,7 @@ def matmul_call(m: int, k: int, n: int, threads: int) -> Callable[[], object]:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
-    sess, a = ort_session(model, threads), rng.standard_normal((m, k), dtype=np.float32)
+    sess, a = ort_session(model, threads, spin=spin), rng.standard_normal((m, k), dtype=np.float32)
     return lambda: sess.run(None, {"a": a})
 
 
@@ -519,7 +517,7 @@ def gemm_floor(args: argparse.Namespace) -> None:
     for label in args.dims:
         n_in, d = DIMS[label]
         model = build_recurrent_encoder_graph("lngru", lngru_weights(n_in, d))
-        sess = ort_session(model, args.threads)
+        sess = ort_session(model, args.threads, spin=args.spin)
         for steps in args.lengths:
             for b in args.batches:
                 x = np.random.default_rng(1).standard_normal((steps, b, n_in), dtype=np.float32)
@@ -531,10 +529,9 @@ def gemm_floor(args: argparse.Namespace) -> None:
                     "x@W_c": (steps * b, n_in, d, 1),
                 }
                 calls = {"onnx": lambda sess=sess, feeds=feeds: sess.run(["h"], feeds)}
-                calls |= {k: matmul_call(*v[:3], args.threads) for k, v in shapes.items()}
-                t = measure_cell(
-                    calls, ceiling, seconds=args.seconds, rounds=args.rounds, settle=dict.fromkeys(calls, 0.0)
-                )
+                calls |= {k: matmul_call(*v[:3], args.threads, spin=args.spin) for k, v in shapes.items()}
+                pause = dict.fromkeys(calls, args.settle if args.spin else 0.0)  # spinning ORT threads
+                t = measure_cell(calls, ceiling, seconds=args.seconds, rounds=args.rounds, settle=pause)
                 flop = flop_per_token(n_in, d) * steps * b
                 floor = sum(t[k].seconds * v[3] for k, v in shapes.items())
                 best = max(x.ceiling for x in t.values()) * 1e9
@@ -549,6 +546,7 @@ def gemm_floor(args: argparse.Namespace) -> None:
                     f"{(full - floor) / full:>5.0%} | {each}"
                 )
     print(
+        f"sessions {'with' if args.spin else 'without'} intra-op spinning (--spin). "
         "GEMMs = T x (h@U_ru + h@U_c) + the hoisted x@W_ru + x@W_c, each the best call of a lone MatMul; "
         "rest = onnx - GEMMs; /ceil against the best ceiling sample of the cell."
     )
