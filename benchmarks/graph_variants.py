@@ -13,6 +13,11 @@ float32 rounding (tests/unit/test_onnx_graph.py checks them against a float64 re
   norm="manual": LayerNorm written as ReduceMean/Sub/Pow/Sqrt/Div; norm="meanshift": the projections are
     centred per norm group offline so that LN becomes RMS + beta (spec §11); "auto" / "op": the production
     ``LayerNormalization`` op.
+  gates="ln-bias" (lngru only): the gates' pre-activation A_t rides in as the bias input of norm3's
+    ``LayerNormalization`` (ONNX broadcasts it like ``Add``; norm3's own bias is folded into norm1's), one
+    node a step fewer than "add", the production LN + Add (issue 13: fewer normalisation nodes a step).
+
+``VARIANTS`` names the kwargs sets that ``benchmarks/encode_throughput.py --graphs`` times against production.
 """
 
 from __future__ import annotations
@@ -47,6 +52,19 @@ from lnserve.models.cell_types import NORM_EPS as EPS
 
 VARIANT_FORMS: tuple[str, ...] = ("loop", "scan", "unrolled", "native")
 NORM_IMPLS: tuple[str, ...] = ("auto", "op", "manual", "meanshift")
+GATE_FORMS: tuple[str, ...] = ("add", "ln-bias")
+
+# name -> build_variant_graph kwargs, for ``encode_throughput.py --graphs`` ("production": no kwargs)
+VARIANTS: dict[str, dict[str, object]] = {
+    "production": {},
+    "loop": {"form": "loop"},
+    "mask-where": {"mask": "where"},
+    "1gemm+split": {"split_gemm": False},
+    "spec-update": {"update": "spec"},
+    "manual-ln": {"norm": "manual"},
+    "meanshift": {"norm": "meanshift"},
+    "gates-ln-bias": {"gates": "ln-bias"},
+}
 
 
 def build_variant_graph(
@@ -60,14 +78,23 @@ def build_variant_graph(
     split_gemm: bool = True,
     update: str = "lerp",
     mask: str = "gather",
+    gates: str = "add",
 ) -> onnx.ModelProto:
     """The encoder graph of ``build_recurrent_encoder_graph`` in one of the measured alternative forms."""
     form, norm = _check(cell, opset, form, steps, norm, mask)
+    if gates not in GATE_FORMS or (
+        gates == "ln-bias" and (cell != "lngru" or norm != "op" or not split_gemm)
+    ):
+        raise ValueError(
+            f"gates={gates!r}: expected one of {GATE_FORMS}; 'ln-bias' needs lngru, norm='op', split_gemm"
+        )
     if form == "native":
         return build_recurrent_encoder_graph(cell, weights, opset=opset, form=form)
     n_in, d = encoder_dims(weights)
     g = GraphBuilder()
-    rnn = variant_cell(g, cell, weights, n_in, d, opset, norm=norm, split_gemm=split_gemm, update=update)
+    rnn = variant_cell(
+        g, cell, weights, n_in, d, opset, norm=norm, split_gemm=split_gemm, update=update, gates=gates
+    )
     seqs = rnn.hoisted_inputs(g, X)
     if form == "unrolled":
         assert steps is not None
@@ -118,6 +145,7 @@ def variant_cell(
     norm: str,
     split_gemm: bool,
     update: str,
+    gates: str = "add",
 ) -> RecurrentCell:
     """The production cell with the chosen norm implementation, recurrent GEMM split and update form."""
     meanshift = norm == "meanshift" and cell.startswith("ln")  # only LN has a mean to shift
@@ -126,7 +154,7 @@ def variant_cell(
         return VariantLstm(g, cell, centred_lstm(lstm) if meanshift else lstm, opset, norm=norm)
     gru = read_gru(cell, weights, n_in, d)
     gru = centred_gru(gru) if meanshift else gru
-    return VariantGru(g, cell, gru, opset, norm=norm, split_gemm=split_gemm, update=update)
+    return VariantGru(g, cell, gru, opset, norm=norm, split_gemm=split_gemm, update=update, gates=gates)
 
 
 def _centre(w_t: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -189,9 +217,10 @@ class VariantGru(GruCell):
         norm: str,
         split_gemm: bool,
         update: str,
+        gates: str = "add",
     ) -> None:
         super().__init__(g, cell, arrays, opset)
-        self.norm_impl, self.split_gemm, self.update_form = norm, split_gemm, update
+        self.norm_impl, self.split_gemm, self.update_form, self.gates = norm, split_gemm, update, gates
         if not split_gemm:  # one (d, 3d) recurrent weight replaces the production pair
             del g.inits[self.u_ru], g.inits[self.u_c]
             self.u_all = g.const(
@@ -202,6 +231,11 @@ class VariantGru(GruCell):
         return variant_norm(g, z, norm, cell=self.cell, opset=self.opset, impl=self.norm_impl, centred=True)
 
     def recurrent_terms(self, g: GraphBuilder, h: str, a_t: str) -> tuple[str, str]:
+        if self.gates == "ln-bias" and self.norms is not None:
+            hh_ru = self.norms.hh_ru  # gain only: its bias is folded into norm1's
+            z = g.op("MatMul", [h, self.u_ru])
+            pre = g.op("LayerNormalization", [z, hh_ru.gain, a_t], axis=-1, epsilon=EPS)
+            return pre, self.norm(g, g.op("MatMul", [h, self.u_c]), self.norms.hh_c)
         if self.split_gemm:
             return super().recurrent_terms(g, h, a_t)
         split = g.cached("c_split_2d_d", np.array([2 * self.d, self.d], np.int64))

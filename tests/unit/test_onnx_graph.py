@@ -173,6 +173,8 @@ def _variants(cell: str) -> list[tuple[Callable[..., onnx.ModelProto], dict[str,
     if cell.startswith("ln"):
         benchmark.append({"norm": "meanshift"})
         benchmark.append({"norm": "meanshift", "steps": 7})
+    if cell == "lngru":
+        benchmark.append({"gates": "ln-bias"})  # A_t as norm3's LayerNormalization bias
     if cell == "gru":
         production.append({"form": "native"})
     return [(build_recurrent_encoder_graph, kw) for kw in production] + [
