@@ -133,7 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.lifecycle = lifecycle = Lifecycle()
     app.state.body_parser = BodyParser()
     app.state.metrics = metrics = Metrics()
-    app.state.registry = ModelRegistry(settings, observer=metrics)
+    app.state.registry = ModelRegistry(settings, observer=metrics, in_flight=lambda: lifecycle.inflight)
     app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
     probes: set[str] = set()  # the public routes: never refused by the middleware nor counted in flight

@@ -1,5 +1,5 @@
 """What each request costs the event loop: no thread hop for dependencies, no OpenTelemetry lookups nobody
-asked for."""
+asked for, and the in-flight count the batchers read (``inflight_wait_ms``)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,10 @@ def test_fastapi_telemetry_is_off_unless_the_environment_names_a_provider(
     assert app._telemetry["metrics"] is False and app._telemetry["logs"] is False  # type: ignore[attr-defined]
     monkeypatch.setenv("OTEL_PYTHON_TRACER_PROVIDER", "sdk_tracer_provider")
     assert telemetry_config() is None  # FastAPI's defaults: its native telemetry on
+
+
+def test_the_batchers_read_the_middlewares_in_flight_count(tmp_path: Path) -> None:
+    app = create_app(Settings(galleries_dir=tmp_path))
+    assert app.state.registry.in_flight() == 0
+    app.state.lifecycle.inflight = 3
+    assert app.state.registry.in_flight() == 3
