@@ -28,6 +28,7 @@ class Lifecycle:
         self._scopes: set[asyncio.Timeout] = set()
         self.fatal: LnserveError | None = None
         self.on_fatal: Callable[[], None] | None = None  # set by the server: stop serving
+        self.inflight = 0  # requests admitted by the middleware and not yet answered (probes not counted)
 
     def begin_drain(self, deadline: float) -> None:
         """Shutdown has begun: refuse new requests, cut the ones in flight at ``deadline`` (loop time)."""

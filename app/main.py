@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 
@@ -35,6 +36,23 @@ from lnserve.converters.errors import LnserveError
 log = logging.getLogger("lnserve.app")
 
 _ERRORS = {s: {"model": ErrorBody} for s in (401, 404, 413, 422, 429, 503)}
+# how OpenTelemetry is told to load a global provider from the environment (the only way one can appear in
+# a process that ``lnserve serve`` runs)
+_OTEL_PROVIDER_VARS = (
+    "OTEL_PYTHON_TRACER_PROVIDER",
+    "OTEL_PYTHON_METER_PROVIDER",
+    "OTEL_PYTHON_LOGGER_PROVIDER",
+)
+
+
+def telemetry_config() -> dict[str, bool] | None:
+    """FastAPI's native OpenTelemetry: its defaults (on, global providers) when the environment names a
+    provider, else off. Left on, FastAPI asks OpenTelemetry on every request whether a provider has been
+    set, and each ask reads three environment variables: measured, ~10% of the event loop's time per
+    request under load (benchmarks/http_load.py) for spans nobody collects."""
+    if any(name in os.environ for name in _OTEL_PROVIDER_VARS):
+        return None
+    return {"tracing": False, "metrics": False, "logs": False}
 
 
 @asynccontextmanager
@@ -109,12 +127,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="lnserve",
         summary="Sentence (and image) encoders of the layer-normalisation era, served over HTTP.",
         lifespan=lifespan,
+        telemetry=telemetry_config(),
     )
     app.state.settings = settings
     app.state.lifecycle = lifecycle = Lifecycle()
     app.state.body_parser = BodyParser()
     app.state.metrics = metrics = Metrics()
-    app.state.registry = ModelRegistry(settings, observer=metrics)
+    app.state.registry = ModelRegistry(settings, observer=metrics, in_flight=lambda: lifecycle.inflight)
     app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
     probes: set[str] = set()  # the public routes: never refused by the middleware nor counted in flight

@@ -80,7 +80,6 @@ class RequestContextMiddleware:
         self.max_inflight, self.retry_after = max_inflight, retry_after_s
         self.key = api_key.get_secret_value().encode() if api_key is not None else None
         self.public, self.probes, self.lifecycle = public_paths, probe_paths, lifecycle
-        self.inflight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -137,8 +136,8 @@ class RequestContextMiddleware:
 
     def _admit(self, delta: int) -> None:
         if delta:
-            self.inflight += delta
-            self.metrics.inflight.set(self.inflight)
+            self.lifecycle.inflight += delta  # the batchers read it too (``inflight_wait_ms``)
+            self.metrics.inflight.set(self.lifecycle.inflight)
 
     def _refusal(self, scope: Scope, rid: str, counted: bool) -> Response | None:
         """The error response for a request refused before its body is read, or None to admit it."""
@@ -152,9 +151,10 @@ class RequestContextMiddleware:
         length = _content_length(scope)
         if length is not None and length > self.max_body:
             return error_response(413, RequestTooLargeError.code, self._too_large(), request_id=rid)
-        if counted and self.inflight >= self.max_inflight:
+        inflight = self.lifecycle.inflight
+        if counted and inflight >= self.max_inflight:
             self.metrics.overloaded.inc()
-            msg = f"{self.inflight} requests in flight (max_inflight {self.max_inflight}); retry later"
+            msg = f"{inflight} requests in flight (max_inflight {self.max_inflight}); retry later"
             headers = {"Retry-After": str(self.retry_after)}
             return error_response(429, OverloadedError.code, msg, request_id=rid, headers=headers)
         return None

@@ -268,8 +268,16 @@ def _finite_or_error(vectors: np.ndarray, what: str) -> np.ndarray | Exception:
 class ModelRegistry:
     """Every served model by name, and the default one."""
 
-    def __init__(self, settings: Settings, *, observer: BatchObserver | None = None) -> None:
-        self.settings, self.observer = settings, observer
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        observer: BatchObserver | None = None,
+        in_flight: Callable[[], int] | None = None,
+    ) -> None:
+        """``in_flight``: requests the server has admitted and not yet answered (the batchers' hint that
+        company is coming; see ``inflight_wait_ms``)."""
+        self.settings, self.observer, self.in_flight = settings, observer, in_flight
         self.entries: dict[str, ModelEntry] = {}
         self.default_name: str | None = None
         self._reload_lock = asyncio.Lock()  # one reload at a time
@@ -308,13 +316,18 @@ class ModelRegistry:
             max_batch_size=s.max_batch_size,
             max_batch_tokens=s.max_batch_tokens,
             max_wait_s=s.max_wait_ms / 1000.0,
+            inflight_wait_s=s.inflight_wait_ms / 1000.0,
             max_queue=s.max_queue,
             retry_after_s=s.retry_after_s,
             deadline_s=s.request_timeout_ms / 1000.0,
         )
         for name, path, manifest in resolved:
             batcher = MicroBatcher(
-                name=name, limits=limits, observer=self.observer, on_failure=self._batcher_failed(name)
+                name=name,
+                limits=limits,
+                observer=self.observer,
+                in_flight=self.in_flight,
+                on_failure=self._batcher_failed(name),
             )
             self.entries[name] = ModelEntry(name, path, manifest, batcher, s)
         self.default_name = s.default_model or resolved[0][0]
@@ -400,6 +413,7 @@ class ModelRegistry:
             name=old.name,
             limits=old.batcher.limits,
             observer=self.observer,
+            in_flight=self.in_flight,
             on_failure=self._batcher_failed(old.name),
         )
         new = ModelEntry(old.name, old.path, manifest, batcher, self.settings, state="loading")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import importlib.util
 import logging
 import socket
 import time
@@ -81,6 +82,14 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def fast_paths() -> tuple[str, str]:
+    """uvicorn's HTTP parser and event loop: httptools and uvloop (dependencies) where they import, else
+    h11 and asyncio (uvloop has no Windows build)."""
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    return http, loop
+
+
 class LnserveServer(uvicorn.Server):
     """uvicorn's server, telling the app when the drain began and stopping when the app says so."""
 
@@ -116,8 +125,11 @@ def serve_app(settings: Settings) -> None:
     check_models(settings)
     sock = bind_socket(settings.host, settings.port)
     app: FastAPI = create_app(settings)
+    http, loop = fast_paths()
     config = uvicorn.Config(
         app,
+        http=http,
+        loop=loop,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=settings.drain_timeout_s + _UVICORN_GRACE_S,
@@ -125,7 +137,7 @@ def serve_app(settings: Settings) -> None:
     )
     lifecycle: Lifecycle = app.state.lifecycle
     server = LnserveServer(config, lifecycle, settings.drain_timeout_s)
-    log.info("listening on http://%s:%d", settings.host, sock.getsockname()[1])
+    log.info("listening on http://%s:%d (http %s, loop %s)", settings.host, sock.getsockname()[1], http, loop)
     try:
         server.run(sockets=[sock])
     finally:

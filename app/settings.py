@@ -93,6 +93,13 @@ class Settings(BaseSettings):
         "while the model is busy; measured (benchmarks/http_load.py), 0 costs nothing at load and saves the "
         "wait at low load.",
     )
+    inflight_wait_ms: float = Field(
+        2.0,
+        ge=0,
+        description="How long an idle model waits, at most, for requests already in flight in the server "
+        "(admitted, not yet queued: bodies being parsed, clients just answered) to join its batch. A lone "
+        "request never waits; 0 turns it off.",
+    )
     max_queue: int = Field(1024, ge=1, description="Sentences waiting per model; beyond it, 429.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429.")
     request_timeout_ms: float = Field(
@@ -158,6 +165,7 @@ class Settings(BaseSettings):
             "max_batch_size": self.max_batch_size,
             "max_batch_tokens": self.max_batch_tokens,
             "max_wait_ms": self.max_wait_ms,
+            "inflight_wait_ms": self.inflight_wait_ms,
             "max_queue": self.max_queue,
             "max_inflight": self.inflight_limit(),
         }

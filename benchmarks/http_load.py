@@ -1,12 +1,18 @@
 """HTTP load benchmark: requests/s and p50/p99 latency vs concurrency against a real ``lnserve serve`` on
 loopback, with two baselines taken in the same run:
 
-- in-process: the engine called directly, ``c`` sentences per call (what perfect batching could reach at
-  concurrency ``c``); the HTTP column ``vs engine`` is HTTP req/s divided by that sentences/s;
+- in-process: the engine called directly (same model, same intra-op threads, tokenisation included),
+  ``c`` sentences per call: the best the engine does at concurrency ``c``, what perfect batching could
+  reach. The HTTP column ``vs engine`` is HTTP req/s divided by that sentences/s. ``vs engine at its
+  batches`` divides by the engine's sentences/s at the mean batch the server actually formed (its
+  ``X-Batch-Size``): the cost of HTTP alone, with the batching policy taken out;
 - batch-size-1 serving (``LNSERVE_MAX_BATCH_SIZE=1``): the same server without micro-batching.
 
-Each request carries one sentence (the common embedding call). The load generator shares the machine
-with the server, so on a small box both numbers are pessimistic. Not a test: run it by hand.
+Cells are interleaved per concurrency (engine, then both servers) and repeated (``--rounds``), keeping the
+best: on a shared machine speed drifts over a run. The idle line compares the HTTP p50 at one client with
+the engine's p50 for one sentence. Each request carries one sentence (the common embedding call). The load
+generator shares the machine with the server (its CPU share is printed), so on a small box the HTTP numbers
+are pessimistic. Not a test: run it by hand.
 
     python benchmarks/http_load.py [--models DIR] [--seconds 3] [--concurrency 1 4 16 64]
 
@@ -27,6 +33,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -77,24 +84,37 @@ def in_process(model: Path, concurrency: int, seconds: float, threads: int) -> t
     return done / seconds, pct(lat, 50), pct(lat, 99)
 
 
-async def _post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> int:
-    """One keep-alive HTTP/1.1 POST on a raw connection; returns the status. A minimal client keeps the load
-    generator's own CPU cost (httpx costs milliseconds per request) from being what is measured."""
+async def _post(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> tuple[int, int]:
+    """One keep-alive HTTP/1.1 POST on a raw connection; returns the status and ``X-Batch-Size`` (0 if
+    absent). A minimal client keeps the load generator's own CPU cost (httpx costs milliseconds per
+    request) from being what is measured."""
     writer.write(request)
     status_line = await reader.readline()
-    length = 0
+    length = batch = 0
     while (line := await reader.readline()) not in (b"\r\n", b""):
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
+        name = name.strip().lower()
+        if name == b"content-length":
             length = int(value)
+        elif name == b"x-batch-size":
+            batch = int(value)
     await reader.readexactly(length)
-    return int(status_line.split()[1])
+    return int(status_line.split()[1]), batch
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def http_load(
-    url: str, concurrency: int, seconds: float, words: list[str]
+    url: str, concurrency: int, seconds: float, words: list[str], stats: dict[str, float] | None = None
 ) -> tuple[float, float, float, int]:
-    """Requests/s, p50/p99 (ms) and non-200 count with ``concurrency`` clients sending one sentence each."""
+    """Requests/s, p50/p99 (ms) and non-200 count with ``concurrency`` clients sending one sentence each.
+    ``stats`` gets the mean ``X-Batch-Size`` (``batch``) and this load generator's CPU share (``client_cpu``,
+    cores)."""
     host, port = httpx.URL(url).host, httpx.URL(url).port
     bodies = [json.dumps({"sentences": [s]}).encode() for s in sentences(words, 4096, seed=2)]
     requests = [
@@ -103,6 +123,7 @@ async def http_load(
         for body in bodies
     ]
     lat: list[float] = []
+    batches: list[int] = []
     errors = 0
     httpx.post(url + "/encode", json={"sentences": ["warm up"]}, timeout=60)
     end = time.perf_counter() + seconds
@@ -113,15 +134,19 @@ async def http_load(
         k = w
         while time.perf_counter() < end:
             t = time.perf_counter()
-            status = await _post(reader, writer, requests[k % len(requests)])
+            status, batch = await _post(reader, writer, requests[k % len(requests)])
             lat.append(time.perf_counter() - t)
+            batches.append(batch)
             errors += status != 200
             k += concurrency
         writer.close()
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_s()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     elapsed = time.perf_counter() - t0
+    if stats is not None:
+        stats["batch"] = float(np.mean(batches))
+        stats["client_cpu"] = (_cpu_s() - cpu0) / elapsed
     return len(lat) / elapsed, pct(lat, 50), pct(lat, 99), errors
 
 
@@ -308,6 +333,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--threads", type=int, default=1, help="Intra-op threads for server and in-process.")
+    ap.add_argument("--rounds", type=int, default=2, help="Interleaved repeats per cell; the best is kept.")
     ap.add_argument(
         "--open-loop",
         nargs="+",
@@ -330,34 +356,65 @@ def main() -> None:
             "LNSERVE_MAX_QUEUE": "100000",
             "LNSERVE_MAX_INFLIGHT": "100000",  # throughput, not admission control, is measured here
         }
-        base = {c: in_process(model, c, args.seconds, args.threads) for c in args.concurrency}
-        rows = []
-        for label, extra in (("micro-batching", {}), ("batch size 1", {"LNSERVE_MAX_BATCH_SIZE": "1"})):
-            srv = start_server(tmp, "--models", str(model), env={**env, **extra})
-            try:
-                for c in args.concurrency:
-                    rows.append(
-                        (label, c, *asyncio.run(http_load(srv.url, c, args.seconds, vocabulary(model))))
+        labels = {"micro-batching": {}, "batch size 1": {"LNSERVE_MAX_BATCH_SIZE": "1"}}
+        servers = {
+            label: start_server(tmp, "--models", str(model), env={**env, **extra})
+            for label, extra in labels.items()
+        }
+        base: dict[int, tuple[float, float, float]] = {}
+        best: dict[tuple[str, int], tuple[float, float, float, int]] = {}
+        stats: dict[int, dict[str, float]] = {c: {} for c in args.concurrency}
+        try:
+            # interleaved per concurrency and repeated, best of the rounds: on a shared VM the speed drifts
+            # over a run, and an engine measured minutes apart from its HTTP cell would skew the ratio
+            for _ in range(args.rounds):
+                for c in sorted({1, *args.concurrency}):
+                    base[c] = max(
+                        base.get(c, (0.0, 0.0, 0.0)), in_process(model, c, args.seconds, args.threads)
                     )
-            finally:
+                    if c not in args.concurrency:
+                        continue
+                    for label, srv in servers.items():
+                        st: dict[str, float] = {}
+                        r = asyncio.run(http_load(srv.url, c, args.seconds, vocabulary(model), st))
+                        if r[0] > best.get((label, c), (0.0,))[0]:
+                            best[label, c] = r
+                            if label == "micro-batching":
+                                stats[c] = st
+        finally:
+            for srv in servers.values():
                 srv.stop()
+        # the engine at the batch sizes the server formed (rounded mean), where not measured already
+        formed = {c: max(1, round(stats[c]["batch"])) for c in args.concurrency}
+        for b in sorted(set(formed.values()) - set(base)):
+            base[b] = max(in_process(model, b, args.seconds, args.threads) for _ in range(args.rounds))
+        rows = [(label, c, *r) for (label, c), r in best.items()]
 
     print(
-        f"model: {model.name}   cores: {os.cpu_count()}   {args.seconds:.0f} s per cell, 1 sentence/request\n"
+        f"model: {model.name}   cores: {os.cpu_count()}   {args.seconds:.0f} s per cell, best of "
+        f"{args.rounds} interleaved rounds, 1 sentence/request\n"
     )
     print(
         "| concurrency | in-process engine sent/s (p50 ms/call) | micro-batching req/s | p50 ms | p99 ms "
-        "| vs engine | batch-size-1 req/s | p50 ms | p99 ms | micro-batching gain |"
+        "| vs engine | mean batch | vs engine at its batches | client CPU | batch-size-1 req/s | p50 ms "
+        "| p99 ms | micro-batching gain |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     by = {(label, c): (rps, p50, p99, err) for label, c, rps, p50, p99, err in rows}
     for c in args.concurrency:
         e_rps, e_p50, _ = base[c]
         m, one = by[("micro-batching", c)], by[("batch size 1", c)]
         print(
             f"| {c} | {e_rps:,.0f} ({e_p50:.2f}) | {m[0]:,.0f} | {m[1]:.1f} | {m[2]:.1f} "
-            f"| {m[0] / e_rps:.2f} "
+            f"| {m[0] / e_rps:.2f} | {stats[c]['batch']:.1f} | {m[0] / base[formed[c]][0]:.2f} "
+            f"| {stats[c]['client_cpu']:.2f} "
             f"| {one[0]:,.0f} | {one[1]:.1f} | {one[2]:.1f} | {m[0] / one[0]:.2f}x |"
+        )
+    if 1 in args.concurrency:
+        idle, engine_p50 = by[("micro-batching", 1)][1], base[1][1]
+        print(
+            f"\nidle (1 client): HTTP p50 {idle:.2f} ms, engine p50 {engine_p50:.2f} ms per sentence: "
+            f"+{idle - engine_p50:.2f} ms (target <= +2 ms)"
         )
     errs = sum(r[-1] for r in rows)
     if errs:

@@ -46,3 +46,11 @@ def test_a_taken_port_and_a_foreign_address_are_clear_errors() -> None:
     # TEST-NET-1 (192.0.2.0/24) is documentation-only: never an address of this machine
     with pytest.raises(BindError, match=r"cannot listen on 192\.0\.2\.1:"):
         bind_socket("192.0.2.1", 0)
+
+
+def test_uvicorn_runs_on_httptools_and_uvloop_where_they_install() -> None:
+    """Both are dependencies (Linux, macOS): the C parser and libuv loop cost the event loop less per
+    request than h11 and asyncio; ``lnserve serve`` names them in its "listening on" line."""
+    from lnserve.app.server import fast_paths
+
+    assert fast_paths() == ("httptools", "uvloop")
