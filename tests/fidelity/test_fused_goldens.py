@@ -23,8 +23,8 @@ def _max_diff(ours: np.ndarray, gold: np.ndarray) -> float:
 
 @pytest.fixture(params=["fused", "plain"])
 def graph(request: pytest.FixtureRequest) -> str:
-    if request.param == "fused" and not fused_op_status().available:
-        pytest.skip(f"fused op not built here: {fused_op_status().reason}")
+    if request.param == "fused" and not fused_op_status().library.is_file():
+        pytest.skip("fused op not built here (no C++ compiler)")
     return str(request.param)
 
 

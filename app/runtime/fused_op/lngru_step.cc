@@ -13,7 +13,8 @@
 // norm is LayerNorm (two-pass mean and population variance, eps inside the root) or RMSNorm. Statistics are
 // summed in float over four vector accumulators; sigmoid and tanh use a branch-free exp that the compiler vectorises. The row loop is
 // compiled for AVX-512, AVX2+FMA and the x86-64 baseline and picked at load time (GCC target_clones), so
-// the library stays portable between machines.
+// the library stays portable between machines. Rows are split over onnxruntime's intra-op thread pool
+// (KernelContext_ParallelFor) in chunks of at least kChunkElements outputs.
 #include <math.h>
 #include <string.h>
 
@@ -130,7 +131,38 @@ LNSERVE_CLONES void rms_rows(const Step& s) { step_rows<true, false>(s); }
 struct Kernel {
   OrtApiSlots ort;
   bool rms;
+  OrtParallelFor parallel_for;  // nullptr: onnxruntime < 1.17, rows run on the calling thread
 };
+
+constexpr int64_t kChunkElements = 4096;  // rows per pool task: at least this many outputs (measured)
+
+struct Chunks {
+  const Step* step;
+  int64_t rows_per_chunk;
+  bool rms;
+};
+
+// Rows [b0, b0 + n) of a step.
+Step rows_of(const Step& s, int64_t b0, int64_t n) {
+  const int64_t d = s.d;
+  return Step{s.hu_ru + b0 * 2 * d, s.hu_c + b0 * d, s.a + b0 * 2 * d, s.c + b0 * d, s.h + b0 * d,
+              s.s_ru,               s.s_c,           s.b_c,           s.out + b0 * d, n, d};
+}
+
+void run_rows(const Step& s, bool rms) {
+  if (rms) {
+    rms_rows(s);
+  } else {
+    ln_rows(s);
+  }
+}
+
+void run_chunk(void* data, size_t i) {
+  const Chunks& c = *static_cast<const Chunks*>(data);
+  const int64_t b0 = static_cast<int64_t>(i) * c.rows_per_chunk;
+  const int64_t n = c.step->rows - b0 < c.rows_per_chunk ? c.step->rows - b0 : c.rows_per_chunk;
+  run_rows(rows_of(*c.step, b0, n), c.rms);
+}
 
 Kernel g_kernels[2];  // [LnGruStep, RmsGruStep]; stateless apart from the API table, so never freed
 
@@ -210,10 +242,16 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
   }
   const Step s{data[0], data[1], data[2], data[3], data[4], data[5], data[6], k.rms ? nullptr : data[7],
                y,       rows,    d};
-  if (k.rms) {
-    rms_rows(s);
-  } else {
-    ln_rows(s);
+  const int64_t per_chunk = d >= kChunkElements ? 1 : kChunkElements / (d > 0 ? d : 1);
+  const int64_t n_chunks = (rows + per_chunk - 1) / per_chunk;
+  if (k.parallel_for == nullptr || n_chunks < 2) {
+    run_rows(s, k.rms);
+    return;
+  }
+  Chunks chunks{&s, per_chunk, k.rms};
+  if (OrtStatus* st = k.parallel_for(ctx, run_chunk, static_cast<size_t>(n_chunks), 0, &chunks)) {
+    k.ort.ReleaseStatus(st);
+    run_rows(s, k.rms);  // the pool refused: the whole step on this thread
   }
 }
 
@@ -255,8 +293,10 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(O
   if (api == nullptr) return nullptr;  // cannot even report it; the session then fails on the unknown op
   const OrtApiSlots ort{api};
   if (!ort_abi_sane(ort)) return ort.CreateStatus(kOrtFail, "lnserve fused op: unexpected onnxruntime C ABI");
-  g_kernels[0] = Kernel{ort, false};
-  g_kernels[1] = Kernel{ort, true};
+  const OrtApi* api17 = base->GetApi(kOrtParallelForApiVersion);
+  const OrtParallelFor pf = api17 ? OrtApiSlots{api17}.at<OrtParallelFor>(kKernelContextParallelFor) : nullptr;
+  g_kernels[0] = Kernel{ort, false, pf};
+  g_kernels[1] = Kernel{ort, true, pf};
   OrtCustomOpDomain* domain = nullptr;  // kept for the life of the process: sessions hold on to it
   if (OrtStatus* st = ort.CreateCustomOpDomain("ai.lnserve", &domain)) return st;
   if (OrtStatus* st = ort.CustomOpDomainAdd(domain, &kLnOp)) return st;

@@ -13,6 +13,7 @@
 extern "C" {
 
 constexpr uint32_t kOrtApiVersion = 13;
+constexpr uint32_t kOrtParallelForApiVersion = 17;  // KernelContext_ParallelFor arrived in onnxruntime 1.17
 
 struct OrtStatus;
 struct OrtApi;  // opaque here: reached through OrtApiSlots
@@ -49,7 +50,12 @@ enum OrtApiSlot : size_t {
   kKernelContextGetOutput = 91,
   kReleaseStatus = 93,
   kReleaseTensorTypeAndShapeInfo = 99,
+  kKernelContextParallelFor = 274,  // in the table of API version >= 17
 };
+
+// KernelContext_ParallelFor: fn(usr_data, i) for i < total on the session's intra-op thread pool.
+using OrtParallelFor = OrtStatus* (*)(const OrtKernelContext* ctx, void (*fn)(void*, size_t), size_t total,
+                                      size_t num_batch, void* usr_data);
 
 // The OrtCustomOp struct of API version 13: ORT reads the fields a custom op's `version` declares.
 struct OrtCustomOp {
