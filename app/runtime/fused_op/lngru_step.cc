@@ -293,10 +293,15 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(O
   if (api == nullptr) return nullptr;  // cannot even report it; the session then fails on the unknown op
   const OrtApiSlots ort{api};
   if (!ort_abi_sane(ort)) return ort.CreateStatus(kOrtFail, "lnserve fused op: unexpected onnxruntime C ABI");
-  const OrtApi* api17 = base->GetApi(kOrtParallelForApiVersion);
-  const OrtParallelFor pf = api17 ? OrtApiSlots{api17}.at<OrtParallelFor>(kKernelContextParallelFor) : nullptr;
-  g_kernels[0] = Kernel{ort, false, pf};
-  g_kernels[1] = Kernel{ort, true, pf};
+  // Once per process (thread-safe): later registrations must not rewrite kernels that sessions are running.
+  static const bool kernels_set = [base, ort] {
+    const OrtApi* api17 = base->GetApi(kOrtParallelForApiVersion);
+    const OrtParallelFor pf = api17 ? OrtApiSlots{api17}.at<OrtParallelFor>(kKernelContextParallelFor) : nullptr;
+    g_kernels[0] = Kernel{ort, false, pf};
+    g_kernels[1] = Kernel{ort, true, pf};
+    return true;
+  }();
+  (void)kernels_set;
   OrtCustomOpDomain* domain = nullptr;  // kept for the life of the process: sessions hold on to it
   if (OrtStatus* st = ort.CreateCustomOpDomain("ai.lnserve", &domain)) return st;
   if (OrtStatus* st = ort.CustomOpDomainAdd(domain, &kLnOp)) return st;
