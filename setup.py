@@ -22,7 +22,7 @@ packages.append("lnserve.app.demo_model")  # data only: the embedded demo artifa
 # A plain shared library that onnxruntime dlopens (not a Python module). Portable flags only: the row loop is
 # compiled per x86-64 level and picked at load time (see lngru_step.cc), never -march=native.
 fused_op = Extension(
-    "lnserve.app.runtime.fused_op._lngru_step",
+    "lnserve.app.runtime.fused_op.lib._lngru_step",  # lib/: not a package (fused_op.library_path)
     sources=["app/runtime/fused_op/lngru_step.cc"],
     depends=["app/runtime/fused_op/ort_abi.h"],
     language="c++",

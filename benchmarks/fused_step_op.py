@@ -30,7 +30,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lnserve.app.runtime.fused_op import fused_op_status, random_cell_weights, register
+from lnserve.app.runtime.fused_op.loader import fused_op_status, random_cell_weights, register
 from lnserve.app.runtime.onnx_backend import session_options
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
 

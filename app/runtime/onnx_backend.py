@@ -18,7 +18,8 @@ import numpy as np
 import onnxruntime as ort
 
 from lnserve.app.runtime.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
-from lnserve.app.runtime.fused_op import FUSED_CELLS, fused_op_status, register
+from lnserve.app.runtime.fused_op import FUSED_CELLS
+from lnserve.app.runtime.fused_op.loader import fused_op_status, register
 from lnserve.app.runtime.onnx_export import (
     DEFAULT_FORM,
     EXPORT_FORMAT,

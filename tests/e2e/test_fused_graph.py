@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lnserve.app.runtime.fused_op import fused_op_status
+from lnserve.app.runtime.fused_op.loader import fused_op_status
 from tests.e2e.server import start_server
 
 

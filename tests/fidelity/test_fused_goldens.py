@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lnserve.app.runtime.engine import Engine
-from lnserve.app.runtime.fused_op import fused_op_status
+from lnserve.app.runtime.fused_op.loader import fused_op_status
 from tests.conftest import golden, inputs
 
 TOL = 1e-5

@@ -16,14 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from lnserve.app.runtime.engine import Engine
-from lnserve.app.runtime.fused_op import (
-    DOMAIN,
-    FUSED_CELLS,
-    LN_OP,
-    fused_op_status,
-    random_cell_weights,
-    register,
-)
+from lnserve.app.runtime.fused_op import DOMAIN, FUSED_CELLS, LN_OP
+from lnserve.app.runtime.fused_op.loader import fused_op_status, random_cell_weights, register
 from lnserve.app.runtime.onnx_backend import OnnxBackend
 from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
