@@ -5,11 +5,13 @@
 ARG BASE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 
 # --- build: a virtual environment with lnserve and its dependencies -----------------------------------
+# g++ builds the fused LN-GRU step (an onnxruntime custom-op library, app/runtime/fused_op); only this stage
+# has it, the runtime stage gets the built library inside the venv.
 FROM ${BASE} AS build
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && apt-get install -y --no-install-recommends python3 python3-venv g++ \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH

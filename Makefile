@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: serve test lint bench demo-model clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml app/runtime/fused_op/lngru_step.cc app/runtime/fused_op/ort_abi.h  # the .cc: rebuild the op
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

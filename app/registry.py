@@ -213,6 +213,7 @@ class ModelEntry:
             "backend": backend.name if backend else self.settings.backend,
             "providers": list(backend.providers) if backend else [],
             "precision": getattr(backend, "precision", "fp32"),
+            "graph": getattr(backend, "graph", None),
             "sha256": self.ref.manifest_sha256 if self.ref else None,
             "identity": self.ref.identity if self.ref else None,
             "loaded_at": _iso(self.loaded_at),
@@ -357,6 +358,7 @@ class ModelRegistry:
             "providers": s.providers or None,
             "strict": s.strict_provider,
             "precision": s.precision,
+            "fused_op": s.fused_op,
         }
         engine: Engine = await entry.batcher.run_exclusive(
             lambda: Engine.open(entry.path, backend=s.backend, **options)

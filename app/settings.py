@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     strict_provider: bool = Field(
         False, description="onnx backend: fail at startup if the first provider is not obtained."
     )
+    fused_op: bool = Field(
+        True,
+        description="onnx backend on the CPU at fp32: run the lngru / rlngru step's norms and gates as one "
+        "custom op (built by the install where a C++ compiler exists; without it, the plain graph).",
+    )
     galleries_dir: Path | None = Field(
         None, description="Root of the retrieval galleries (default ~/.local/share/lnserve/galleries)."
     )

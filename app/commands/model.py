@@ -58,6 +58,7 @@ def info(
         "backend": engine.backend.name,
         "providers": engine.backend.providers,
         "precision": getattr(engine.backend, "precision", "fp32"),
+        "graph": getattr(engine.backend, "graph", None),
         "onnx_exported": "onnx" in m,
     }
     if as_json:

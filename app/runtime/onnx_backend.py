@@ -1,7 +1,9 @@
 """onnxruntime backend: CUDA when present (and asked for), CPU otherwise, always reporting what it got.
 
 Graphs come from the artifact's ``onnx/`` export when present; otherwise they are built in memory from the
-weights (same builder), so ``--backend onnx`` works on any artifact.
+weights (same builder), so ``--backend onnx`` works on any artifact. Graphs built in memory on the CPU
+provider at fp32 use the fused step for lngru / rlngru parts (``runtime.fused_op``: one custom op for the
+norms and gates) when its library was built at install and passes its self-check; ``graph`` says which.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import numpy as np
 import onnxruntime as ort
 
 from lnserve.app.runtime.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
+from lnserve.app.runtime.fused_op import FUSED_CELLS
+from lnserve.app.runtime.fused_op.loader import fused_op_status, register
 from lnserve.app.runtime.onnx_export import (
     DEFAULT_FORM,
     EXPORT_FORMAT,
@@ -71,6 +75,8 @@ class OnnxBackend:
         threads: int | None = None,
         form: str | None = None,
         precision: str = "fp32",
+        fused_op: bool = True,
+        fused_library: Path | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise EncodeInputError(
@@ -83,6 +89,11 @@ class OnnxBackend:
             self._fallback(["no NVIDIA device visible"])
             self.requested = [p for p in self.requested if p not in (CUDA, TENSORRT)] or [CPU]
         options = session_options(threads)
+        self.graph, self.graph_note = "plain", ""  # "fused": the lngru / rlngru step as one custom op
+        if fused_op:
+            self._try_fused(artifact, form, options, fused_library)
+        else:
+            self.graph_note = "fused step turned off (LNSERVE_FUSED_OP=0)"
         self.sessions: dict[str, ort.InferenceSession] = {}
         self.providers: list[str] = []
         for part, source in self._graph_sources(artifact, form).items():
@@ -100,6 +111,32 @@ class OnnxBackend:
                 "(is a GPU visible, and are CUDA 13 and cuDNN 9 installed?)"
             )
         log.warning("asked for %s, falling back (%s)", self.requested[0], ", ".join(got))
+
+    def _try_fused(
+        self, artifact: Artifact, form: str | None, options: ort.SessionOptions, library: Path | None
+    ) -> None:
+        """Use the fused step where it applies and works; otherwise say why the plain graph runs."""
+        if not set(_part_cells(artifact)) & set(FUSED_CELLS):
+            return  # nothing to fuse (gru, LSTM cells): not worth a note
+        why = ""
+        exported = artifact.manifest.get("onnx")
+        if self.requested[0] != CPU or self.precision != "fp32" or form not in (None, DEFAULT_FORM):
+            why = f"fused step is for the CPU provider, fp32 and the {DEFAULT_FORM} form"
+        elif exported and form in (None, exported.get("form")):
+            why = "the artifact's ONNX export runs as exported (standard ops, no fused step)"
+        elif not (status := fused_op_status(library)).available:
+            why = f"fused step unavailable: {status.reason}"
+            log.warning("%s: onnx graph: plain (%s)", artifact.name, why)
+        else:
+            try:
+                register(options, status.library)
+            except Exception as exc:  # ORT raises its own pybind exception types
+                why = f"fused step unavailable: {str(exc).splitlines()[0]}"
+                log.warning("%s: onnx graph: plain (%s)", artifact.name, why)
+            else:
+                self.graph = "fused"
+                log.info("%s: onnx graph: fused LN-GRU step (%s)", artifact.name, status.library.name)
+        self.graph_note = why
 
     def _graph_sources(self, artifact: Artifact, form: str | None) -> dict[str, bytes | str]:
         if self.precision == "fp16":  # always built from the weights: the export is the fp32 profile
@@ -121,7 +158,8 @@ class OnnxBackend:
                     )
                 sources[part] = str(path)
             return sources
-        graphs = build_graphs(artifact, form=form or DEFAULT_FORM, check=False)  # ORT validates them
+        fused = self.graph == "fused"  # only ever in memory: exports stay standard ONNX
+        graphs = build_graphs(artifact, form=form or DEFAULT_FORM, check=False, fused=fused)  # ORT validates
         return {part: model.SerializeToString() for part, model in graphs.items()}
 
     def _session(self, source: bytes | str, options: ort.SessionOptions, part: str) -> ort.InferenceSession:
@@ -143,3 +181,11 @@ class OnnxBackend:
     def image_projection(self, features: np.ndarray) -> np.ndarray:
         feeds = {"features": np.ascontiguousarray(features, dtype=np.float32)}
         return self.sessions["image"].run(["projected"], feeds)[0]
+
+
+def _part_cells(artifact: Artifact) -> list[str]:
+    """The cell type of each recurrent part, from the manifest (no weights read)."""
+    m = artifact.manifest
+    if artifact.family == "order-embedding":
+        return [m["cell"]]
+    return [info["cell"] for info in m["parts"].values()]

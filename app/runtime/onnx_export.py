@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from lnserve.app.runtime.errors import OnnxModelError
+from lnserve.app.runtime.fused_op import FUSED_CELLS
 from lnserve.app.runtime.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 from lnserve.converters.artifact import SKIP_PART_MODULES, Artifact, add_files, read_artifact
 
@@ -45,10 +46,16 @@ def recurrent_parts(artifact: Artifact) -> dict[str, tuple[str, dict[str, np.nda
 
 
 def build_graphs(
-    artifact: Artifact, *, opset: int = DEFAULT_OPSET, form: str = DEFAULT_FORM, check: bool = True
+    artifact: Artifact,
+    *,
+    opset: int = DEFAULT_OPSET,
+    form: str = DEFAULT_FORM,
+    check: bool = True,
+    fused: bool = False,
 ) -> dict[str, onnx.ModelProto]:
     """Every graph of the artifact; ``check=False`` skips ``onnx.checker`` for graphs that go straight to
-    onnxruntime (see ``build_recurrent_encoder_graph``)."""
+    onnxruntime (see ``build_recurrent_encoder_graph``). ``fused``: lngru / rlngru parts use the fused-step
+    custom op (in-memory serving graphs only: ``export_onnx`` never asks for it)."""
     partial = artifact.partial_rms
     if partial != 1.0:
         raise OnnxModelError(
@@ -57,7 +64,12 @@ def build_graphs(
         )
     graphs = {
         part: build_recurrent_encoder_graph(
-            cell, weights, opset=opset, form=_form_for(cell, form), check=check
+            cell,
+            weights,
+            opset=opset,
+            form=_form_for(cell, form),
+            check=check,
+            fused=fused and cell in FUSED_CELLS,
         )
         for part, (cell, weights) in recurrent_parts(artifact).items()
     }

@@ -138,6 +138,11 @@ class ModelInfo(BaseModel):
     backend: str
     providers: list[str] = Field(description="Execution providers actually in use.")
     precision: Literal["fp32", "fp16"] = Field("fp32", description="onnx backend precision profile.")
+    graph: Literal["plain", "fused"] | None = Field(
+        None,
+        description="onnx backend: fused (the lngru / rlngru step's norms and gates as one custom op) or "
+        "plain (standard ONNX ops); null: torch backend or loading.",
+    )
     sha256: str | None = Field(
         None, description="sha256 of the served version's manifest.json (null: loading)."
     )

@@ -87,15 +87,19 @@ def split_equal(g: GraphBuilder, z: str, n: int, opset: int) -> list[str]:
     return g.op_multi("Split", [z], n, axis=-1)
 
 
-def make_model(graph: onnx.GraphProto, opset: int, *, check: bool = True) -> onnx.ModelProto:
+def make_model(
+    graph: onnx.GraphProto, opset: int, *, check: bool = True, domains: Mapping[str, int] | None = None
+) -> onnx.ModelProto:
     """Wrap a graph with the lowest IR version the opset needs (ORT refuses IRs newer than it knows).
 
     ``check=False`` skips ``onnx.checker`` for a graph handed straight to onnxruntime: ORT validates what it
-    loads, and the checker re-serialises every weight (~0.2 s of CPU per start at 620 -> 2400)."""
+    loads, and the checker re-serialises every weight (~0.2 s of CPU per start at 620 -> 2400).
+    ``domains``: custom-op domains and their versions (the fused serving graphs; never exported)."""
     opsets = [helper.make_opsetid("", opset)]
+    custom = [helper.make_opsetid(name, version) for name, version in (domains or {}).items()]
     model = helper.make_model(
         graph,
-        opset_imports=opsets,
+        opset_imports=opsets + custom,
         producer_name="lnserve.app.runtime.onnx_graph",
         ir_version=helper.find_min_ir_version_for(opsets),
     )

@@ -22,7 +22,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from lnserve.app.runtime.fused_op import DOMAIN, DOMAIN_VERSION, FUSED_CELLS
 from lnserve.app.runtime.onnx_graph.builder import MIN_OPSET, GraphBuilder, make_model, value_info
+from lnserve.app.runtime.onnx_graph.fused import FusedGruCell
 from lnserve.app.runtime.onnx_graph.gru import GruCell, native_gru, read_gru
 from lnserve.app.runtime.onnx_graph.lstm import LstmCell, read_lstm
 from lnserve.models.cell_types import CELL_TYPES, LSTM_CELLS
@@ -44,25 +46,35 @@ class RecurrentCell(Protocol):
 
 
 def build_recurrent_encoder_graph(
-    cell: str, weights: Mapping[str, np.ndarray], *, opset: int = 18, form: str = "scan", check: bool = True
+    cell: str,
+    weights: Mapping[str, np.ndarray],
+    *,
+    opset: int = 18,
+    form: str = "scan",
+    check: bool = True,
+    fused: bool = False,
 ) -> onnx.ModelProto:
     """Build the encoder graph of one recurrent part from its weights (module naming, PyTorch layout).
 
     form: "scan" (ONNX Scan, dynamic T), "loop" (ONNX Loop, dynamic T; the same maths), or "native" (the ONNX
     GRU op, plain gru only). All are exact to float32 rounding. ``check``: run ``onnx.checker`` (see
-    ``make_model``).
+    ``make_model``). ``fused``: lngru / rlngru steps as one ``ai.lnserve`` custom op after the GEMMs
+    (``onnx_graph.fused``; runs only where ``runtime.fused_op`` is registered, never exported).
     """
     check_options(cell, form, opset)
+    if fused and (cell not in FUSED_CELLS or form == "native"):
+        raise ValueError(f"the fused step is for cells {FUSED_CELLS} in the scan or loop form")
     n_in, d = encoder_dims(weights)
     g = GraphBuilder()
     if form == "native":
         h = native_gru(g, weights, X, LENGTHS, n_in, d)
     else:
-        rnn = make_cell(g, cell, weights, n_in, d, opset)
+        rnn = make_cell(g, cell, weights, n_in, d, opset, fused=fused)
         seqs = rnn.hoisted_inputs(g, X)
         every_h = scan_every_state(g, rnn, seqs) if form == "scan" else loop_every_state(g, rnn, seqs)
         h = gather_last_valid(g, every_h, d)
-    return encoder_model(g, cell, h, t_dim="T", n_in=n_in, d=d, opset=opset, check=check)
+    domains = {DOMAIN: DOMAIN_VERSION} if fused else None
+    return encoder_model(g, cell, h, t_dim="T", n_in=n_in, d=d, opset=opset, check=check, domains=domains)
 
 
 def check_options(cell: str, form: str, opset: int) -> None:
@@ -82,11 +94,19 @@ def encoder_dims(weights: Mapping[str, np.ndarray]) -> tuple[int, int]:
 
 
 def make_cell(
-    g: GraphBuilder, cell: str, weights: Mapping[str, np.ndarray], n_in: int, d: int, opset: int
+    g: GraphBuilder,
+    cell: str,
+    weights: Mapping[str, np.ndarray],
+    n_in: int,
+    d: int,
+    opset: int,
+    *,
+    fused: bool = False,
 ) -> RecurrentCell:
     if cell in LSTM_CELLS:
         return LstmCell(g, cell, read_lstm(cell, weights, n_in, d), opset)
-    return GruCell(g, cell, read_gru(cell, weights, n_in, d), opset)
+    gru_cell = FusedGruCell if fused else GruCell
+    return gru_cell(g, cell, read_gru(cell, weights, n_in, d), opset)
 
 
 def zero_state(g: GraphBuilder, d: int) -> str:
@@ -183,6 +203,7 @@ def encoder_model(
     d: int,
     opset: int,
     check: bool = True,
+    domains: Mapping[str, int] | None = None,
 ) -> onnx.ModelProto:
     """Name the result ``h`` and wrap the graph with its inputs ``x (T, B, n_in)`` and ``lengths (B,)``."""
     g.nodes.append(helper.make_node("Identity", [h], [H], name="output_h"))
@@ -193,4 +214,4 @@ def encoder_model(
         [value_info(H, TensorProto.FLOAT, ["B", d])],
         list(g.inits.values()),
     )
-    return make_model(graph, opset, check=check)
+    return make_model(graph, opset, check=check, domains=domains)

@@ -1,0 +1,74 @@
+"""Loading the fused LN-GRU step into onnxruntime sessions, and the self-check that gates its use."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from lnserve.app.runtime.fused_op import FUSED_CELLS, SELF_CHECK_TOL, FusedOpStatus, library_path
+from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
+
+
+def register(options: ort.SessionOptions, library: Path) -> None:
+    """Make the custom ops known to sessions made with ``options`` (raises if the library does not load)."""
+    options.register_custom_ops_library(str(library))
+
+
+def fused_op_status(library: Path | None = None) -> FusedOpStatus:
+    """Probe the library once per path and process (~0.1 s once: two small sessions per cell type)."""
+    return _probe(library or library_path())
+
+
+@functools.cache
+def _probe(library: Path) -> FusedOpStatus:
+    if not library.is_file():
+        return FusedOpStatus(library, False, f"{library.name} was not built (no C++ compiler at install?)")
+    try:
+        for cell in FUSED_CELLS:
+            gap = self_check(cell, library)
+            if not gap <= SELF_CHECK_TOL:  # also catches NaN
+                return FusedOpStatus(library, False, f"self-check on {cell}: max |fused - plain| = {gap:.3g}")
+    except Exception as exc:  # ORT raises its own pybind exception types
+        return FusedOpStatus(library, False, f"{library.name} does not load: {str(exc).splitlines()[0]}")
+    return FusedOpStatus(library, True)
+
+
+def self_check(cell: str, library: Path, *, d: int = 64, n_in: int = 16, seed: int = 0) -> float:
+    """max |fused - plain| over a small random cell, a padded batch of 70 rows (two thread-pool chunks at
+    d = 64) and 7 steps."""
+    rng = np.random.default_rng(seed)
+    weights = random_cell_weights(rng, cell, n_in, d)
+    x = rng.standard_normal((7, 70, n_in)).astype(np.float32)
+    lengths = rng.integers(1, 8, 70).astype(np.int64)
+    outs = []
+    for fused in (False, True):
+        model = build_recurrent_encoder_graph(cell, weights, fused=fused, check=False)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if fused:
+            register(options, library)
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        outs.append(session.run(["h"], {"x": x, "lengths": lengths})[0])
+    return float(np.max(np.abs(outs[0] - outs[1])))
+
+
+def random_cell_weights(rng: np.random.Generator, cell: str, n_in: int, d: int) -> dict[str, np.ndarray]:
+    """A GRU-family cell's weights in module naming, scaled like trained ones (norm gains around 1)."""
+
+    def normal(*shape: int, scale: float = 1.0, loc: float = 0.0) -> np.ndarray:
+        return (loc + scale * rng.standard_normal(shape)).astype(np.float32)
+
+    w: dict[str, np.ndarray] = {
+        "weight_ih": normal(3 * d, n_in, scale=n_in**-0.5),
+        "bias_ih": normal(3 * d, scale=0.1),
+        "weight_hh": normal(3 * d, d, scale=d**-0.5),
+    }
+    for name in ("norm_ih_ru", "norm_ih_c", "norm_hh_ru", "norm_hh_c"):
+        size = d if name.endswith("_c") else 2 * d
+        w[f"{name}.weight"] = normal(size, scale=0.1, loc=1.0)
+        if cell == "lngru":
+            w[f"{name}.bias"] = normal(size, scale=0.1)
+    return w
