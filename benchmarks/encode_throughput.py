@@ -54,6 +54,8 @@ import onnxruntime as ort
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lnserve.app.runtime.fused_op.loader import fused_op_status
+from lnserve.app.runtime.fused_op.loader import register as register_fused_op
 from lnserve.app.runtime.onnx_backend import session_options
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
 from lnserve.models.norms import EPS
@@ -231,9 +233,14 @@ def naive_loop(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor) 
     return h
 
 
-def ort_session(model: onnx.ModelProto, threads: int, *, spin: bool = False) -> ort.InferenceSession:
-    """A CPU session as the service makes one; ``spin``: its intra-op threads may spin (the service: no)."""
+def ort_session(
+    model: onnx.ModelProto, threads: int, *, spin: bool = False, library: Path | None = None
+) -> ort.InferenceSession:
+    """A CPU session as the service makes one; ``spin``: its intra-op threads may spin (the service: no);
+    ``library``: the fused-step custom-op library the graph needs."""
     so = session_options(threads)
+    if library is not None:
+        register_fused_op(so, library)
     if spin:
         so.add_session_config_entry("session.intra_op.allow_spinning", "1")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -251,6 +258,19 @@ class LastState(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         return self.rec.last_state(x, lengths)
+
+
+FUSED = fused_op_status()
+
+
+def served_sessions(w: dict[str, np.ndarray], threads: int) -> dict[str, ort.InferenceSession]:
+    """``onnx``: the graph the service runs for these weights (the fused LN-GRU step where its library is
+    built and passes its self-check); ``onnx[plain]``: the standard-ONNX graph beside it."""
+    plain = ort_session(build_recurrent_encoder_graph("lngru", w), threads)
+    if not FUSED.available:
+        return {"onnx": plain}
+    fused = build_recurrent_encoder_graph("lngru", w, fused=True)
+    return {"onnx": ort_session(fused, threads, library=FUSED.library), "onnx[plain]": plain}
 
 
 @dataclass
@@ -271,7 +291,7 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
     rec = Recurrence("lngru", n_in, d)
     rec.cell.load_state_dict(tw, strict=True)
     rec.eval()
-    sessions = {"onnx": ort_session(build_recurrent_encoder_graph("lngru", w), args.threads)}
+    sessions = served_sessions(w, args.threads)
     if args.graphs:
         from benchmarks.graph_variants import VARIANTS, build_variant_graph
 
@@ -280,8 +300,12 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
                 build_variant_graph("lngru", w, **VARIANTS[name]), args.threads
             )
     if args.spin:  # the served graph with ORT's worker threads spinning between ops (the service: not)
+        fused = FUSED.available
         sessions["onnx[spin]"] = ort_session(
-            build_recurrent_encoder_graph("lngru", w), args.threads, spin=True
+            build_recurrent_encoder_graph("lngru", w, fused=fused),
+            args.threads,
+            spin=True,
+            library=FUSED.library if fused else None,
         )
     compiled = {}
     # Each mode and (T, B) compiles LastState.forward anew; past dynamo's limit (8) it silently runs eager.
@@ -374,6 +398,8 @@ def print_table(
         f"{bw:.1f} GB/s | cpu_count {os.cpu_count()} | {args.seconds:g} s/method in {args.rounds} rounds, "
         f"settle {args.settle * 1e3:.0f} ms | OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     )
+    served = "fused LN-GRU step" if FUSED.available else f"plain ({FUSED.reason})"
+    print(f"onnx = the served graph: {served}")
     names = list(rows[0][5]) if rows else []
     header = (
         f"{'dims':<19}{'B':>4}{'T':>4} | {'ceiling/s':>9} {'c-min':>5} {'bw-bound/s':>10} | "
