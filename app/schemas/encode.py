@@ -10,10 +10,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import JSONResponse
 
+from lnserve.app.schemas.fields import Eos, ModelName, Pretokenized
 from lnserve.app.schemas.retrieval import GallerySummary
 
 Encoding = Literal["float", "base64"]
-ModelName = Field(None, description="Model name (see GET /models); the default model when omitted.")
 
 
 class VectorJSONResponse(JSONResponse):
@@ -48,9 +48,9 @@ class EncodeRequest(BaseModel):
 
     model: str | None = ModelName
     sentences: list[str] = Field(min_length=1, description="Sentences to encode, in order.")
-    pretokenized: bool = Field(False, description="Split on whitespace only, as the original code did.")
+    pretokenized: bool = Pretokenized
     normalize: bool | None = Field(None, description="L2-normalise (default: the model's).")
-    eos: bool | None = Field(None, description="Append <eos> (default: the model's).")
+    eos: bool | None = Eos
     truncate: bool = Field(False, description="Cut sentences over max_tokens instead of refusing them.")
     encoding: Encoding = Field("float", description="base64: little-endian float32 per vector.")
 

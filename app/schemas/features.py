@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ModelName = Field(None, description="Model name (see GET /models); the default model when omitted.")
+from lnserve.app.schemas.fields import Eos, ModelName, Pretokenized
 
 
 # -- /tokenize -------------------------------------------------------------------------------------
@@ -13,8 +13,8 @@ class TokenizeRequest(BaseModel):
 
     model: str | None = ModelName
     sentences: list[str] = Field(min_length=1, description="Sentences to tokenise, in order.")
-    pretokenized: bool = Field(False, description="Split on whitespace only, as the original code did.")
-    eos: bool | None = Field(None, description="Append <eos> (default: the model's).")
+    pretokenized: bool = Pretokenized
+    eos: bool | None = Eos
 
 
 class Token(BaseModel):
