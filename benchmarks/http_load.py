@@ -84,26 +84,6 @@ def in_process(model: Path, concurrency: int, seconds: float, threads: int) -> t
     return done / seconds, pct(lat, 50), pct(lat, 99)
 
 
-async def _post(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
-) -> tuple[int, int]:
-    """One keep-alive HTTP/1.1 POST on a raw connection; returns the status and ``X-Batch-Size`` (0 if
-    absent). A minimal client keeps the load generator's own CPU cost (httpx costs milliseconds per
-    request) from being what is measured."""
-    writer.write(request)
-    status_line = await reader.readline()
-    length = batch = 0
-    while (line := await reader.readline()) not in (b"\r\n", b""):
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            length = int(value)
-        elif name == b"x-batch-size":
-            batch = int(value)
-    await reader.readexactly(length)
-    return int(status_line.split()[1]), batch
-
-
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -134,9 +114,9 @@ async def http_load(
         k = w
         while time.perf_counter() < end:
             t = time.perf_counter()
-            status, batch = await _post(reader, writer, requests[k % len(requests)])
+            status, headers, _ = await _exchange(reader, writer, requests[k % len(requests)])
             lat.append(time.perf_counter() - t)
-            batches.append(batch)
+            batches.append(int(headers.get(b"x-batch-size", 0)))
             errors += status != 200
             k += concurrency
         writer.close()
@@ -152,21 +132,20 @@ async def http_load(
 
 async def _exchange(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
-) -> tuple[int, bool, bytes]:
-    """One request on a keep-alive connection: (status, whether the server closes it, body)."""
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """One request on a keep-alive HTTP/1.1 connection: (status, lower-cased headers, body). A minimal
+    client keeps the load generator's own CPU cost (httpx costs milliseconds per request) from being what
+    is measured."""
     writer.write(request)
     status_line = await reader.readline()
     if not status_line:
         raise ConnectionResetError("closed by the server")
-    length, close = 0, False
+    headers: dict[bytes, bytes] = {}
     while (line := await reader.readline()) not in (b"\r\n", b""):
         name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            length = int(value)
-        elif name == b"connection":
-            close = value.strip().lower() == b"close"
-    return int(status_line.split()[1]), close, await reader.readexactly(length)
+        headers[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get(b"content-length", 0)))
+    return int(status_line.split()[1]), headers, body
 
 
 async def open_loop(
@@ -199,7 +178,8 @@ async def open_loop(
                 if conn is None:
                     conn = await asyncio.open_connection(host, port)
                     opened += 1
-                status, close, body = await _exchange(*conn, requests[k % len(requests)])
+                status, headers, body = await _exchange(*conn, requests[k % len(requests)])
+                close = headers.get(b"connection", b"").lower() == b"close"
             except (OSError, asyncio.IncompleteReadError):
                 failed += 1
                 if conn is not None:
