@@ -26,6 +26,7 @@ from lnserve.app.galleries.errors import (
 from lnserve.app.galleries.store import MAX_K, GalleryStore, ModelRef
 from lnserve.app.runtime.engine import Engine
 from tests.conftest import LEGACY, OE_MODELS, golden, inputs
+from tests.support.gallery_opens import count_gallery_opens
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -428,14 +429,7 @@ def test_a_search_opens_and_checks_the_gallery_once(tmp_path: Path, monkeypatch:
     """Each open re-reads the counters and re-stats the files under the gallery's lock; a query used to do it
     twice (once for the identity, once for the row map)."""
     store, vecs = _three_adds(tmp_path)
-    opens: list[str] = []
-    real = GalleryStore._open_in_txn
-
-    def counted(self: GalleryStore, name: str, db: object, *, scan: bool) -> object:
-        opens.append(name)
-        return real(self, name, db, scan=scan)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(GalleryStore, "_open_in_txn", counted)
+    opens = count_gallery_opens(monkeypatch)
     for _ in range(2):  # the first search builds the row map, the second reuses it
         opens.clear()
         out = store.search("g", vecs[:2], 3, query_kind="captions", model=_toy_model())

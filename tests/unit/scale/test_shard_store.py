@@ -11,6 +11,7 @@ import pytest
 from lnserve.app.galleries.errors import DuplicateItemError
 from lnserve.app.galleries.store import ModelRef
 from lnserve.app.scale.shard_store import ShardStore, shard_root
+from tests.support.gallery_opens import count_gallery_opens
 
 MODEL = ModelRef(name="m", identity="0" * 64, family="order-embedding", method="order", dim=3)
 
@@ -51,14 +52,7 @@ def test_a_shard_search_opens_the_gallery_once_and_maps_rows_without_id_lookups(
     store = ShardStore(shard_root(tmp_path, 0, 2))
     store.create("g", kind="images", model=MODEL)
     store.add_placed("g", _vecs(4, 0), ids=list("abcd"), payloads=None, model=MODEL, global_start=3)
-    opens: list[str] = []
-    real = ShardStore._open_in_txn
-
-    def counted(self: ShardStore, name: str, db: object, *, scan: bool) -> object:
-        opens.append(name)
-        return real(self, name, db, scan=scan)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ShardStore, "_open_in_txn", counted)
+    opens = count_gallery_opens(monkeypatch)
     monkeypatch.setattr(ShardStore, "global_positions", None)  # the id -> position lookup is not needed
     found = store.search_placed("g", _vecs(2, 1), 3, query_kind="captions", model=MODEL)
     assert opens == ["g"]
