@@ -47,7 +47,8 @@ def _split_list(value: object) -> object:
 class Settings(BaseSettings):
     """Everything the HTTP service can be told; ``/info`` reports the limits."""
 
-    model_config = SettingsConfigDict(env_prefix="LNSERVE_", extra="ignore")
+    # allow_inf_nan=False: a wait or timeout of "inf" would hold a lone request (or a shutdown) forever
+    model_config = SettingsConfigDict(env_prefix="LNSERVE_", extra="ignore", allow_inf_nan=False)
 
     # models
     models: Annotated[list[Path], NoDecode] = Field(

@@ -57,6 +57,19 @@ def test_load_settings_names_the_source_and_what_is_allowed(monkeypatch: pytest.
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("name", ["MAX_WAIT_MS", "INFLIGHT_WAIT_MS", "REQUEST_TIMEOUT_MS", "DRAIN_TIMEOUT_S"])
+@pytest.mark.parametrize("value", ["inf", "Infinity", "-inf"])
+def test_an_endless_wait_or_timeout_is_refused(
+    name: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``inf`` passed the >= 0 bounds: ``LNSERVE_MAX_WAIT_MS=inf`` made an idle model hold a lone request
+    until a full batch arrived."""
+    monkeypatch.setenv(f"LNSERVE_{name}", value)
+    with pytest.raises(InvalidSettingError) as err:
+        load_settings()
+    assert f"LNSERVE_{name}='{value}': {name.lower()} must be a number" in str(err.value)
+
+
 def test_load_settings_with_good_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LNSERVE_PORT", "9000")
     assert load_settings({"backend": "torch"}).port == 9000
