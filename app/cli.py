@@ -16,6 +16,7 @@ import typer
 
 from lnserve.app.commands import convert, encode, eval, gallery, model, pull, serve, train
 from lnserve.converters.errors import LnserveError
+from lnserve.converters.storage import storage_full
 
 app = typer.Typer(
     name="lnserve",
@@ -78,6 +79,11 @@ def main() -> None:
     except Exception as exc:
         if debug:
             raise
+        if (
+            full := storage_full(exc, str(getattr(exc, "filename", None) or "writing the output"))
+        ) is not None:
+            typer.echo(f"lnserve: error [{full.code}]: {full}", err=True)
+            sys.exit(full.exit_code)
         typer.echo(f"lnserve: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)  # typer.Exit (--help, --version, Ctrl-C) returns its code

@@ -22,6 +22,7 @@ LnserveError
 │       ├── GalleryMismatchError  (gallery_mismatch, 422)  model or item / query kind not the gallery's
 │       └── GalleryInputError     (invalid_input, 422)     bad name, vector shape, k, payload
 ├── GalleryCorruptError        (gallery_corrupt, 503)     gallery files damaged: that gallery is quarantined
+├── StorageFullError           (storage_full, 507)        a write ran out of disk space (converters.storage)
 ├── NotReadyError              (not_ready, 503)           models still loading / warming up
 ├── QueueFullError             (queue_full, 429)          the model's queue is full; has Retry-After
 ├── OverloadedError            (overloaded, 429)          max_inflight requests in flight; has Retry-After
@@ -54,7 +55,7 @@ from lnserve.app.batcher import BatchError, ModelUnavailableError, QueueFullErro
 from lnserve.app.galleries.errors import GalleryError
 from lnserve.app.runtime.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 from lnserve.app.settings import InvalidSettingError
-from lnserve.converters.errors import ArtifactError, LnserveError, UserInputError
+from lnserve.converters.errors import ArtifactError, LnserveError, StorageFullError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
 
@@ -152,6 +153,7 @@ HTTP_STATUSES: dict[str, int] = {
     "shutting_down": 503,
     "model_unavailable": 503,
     "gallery_corrupt": 503,
+    "storage_full": 507,
     "shard_unavailable": 503,
     "provider_unavailable": 503,
     "deadline_exceeded": 504,
@@ -184,7 +186,8 @@ HTTP_STATUS_CODES: dict[int, str] = {
     415: "unsupported_media_type",
 }
 ROUTING_STATUSES = (404, 405)  # what Starlette's router answers by itself (unknown path, wrong method)
-_ENGINE_ERRORS: tuple[type[LnserveError], ...] = (UserInputError, EncodeInputError)  # raised by the engine
+# raised by lower layers: the engine, and the gallery store when a write runs out of space
+_ENGINE_ERRORS: tuple[type[LnserveError], ...] = (UserInputError, EncodeInputError, StorageFullError)
 # GalleryError is a base (only its subclasses are raised); a bad setting or a model that cannot load stops the
 # start (CLI exit 2), never answers a request (nor does a strict provider or a bad ONNX graph: they fail the
 # load). Ray's replica_unavailable / shard_unavailable: see Scaling out.

@@ -2,6 +2,7 @@
 the CLI's ``exit_code``; the HTTP status of each code is the app's business (one table in ``app.errors``).
 
 LnserveError                       (internal_error)    unexpected failure: CLI exit 1
+├── StorageFullError               (storage_full)      the disk, a quota or the file-size limit is full
 └── UserInputError                 (invalid_input)     the caller's input is wrong: CLI exit 2
     ├── ConversionError            (conversion_error)  a legacy checkpoint cannot be read faithfully
     │   ├── UnsafePickleError      (unsafe_pickle)     a pickle names a global outside the allow-list
@@ -26,6 +27,13 @@ class LnserveError(Exception):
 
     code: ClassVar[str] = "internal_error"
     exit_code: ClassVar[int] = 1
+
+
+class StorageFullError(LnserveError):
+    """A write ran out of space (disk, quota or the process's file-size limit). Not the caller's input and not
+    a bug: the write was abandoned, nothing acknowledged before it is lost; free space and retry."""
+
+    code = "storage_full"
 
 
 class UserInputError(LnserveError):

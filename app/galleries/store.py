@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import logging
 import math
@@ -40,10 +41,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -60,6 +61,7 @@ from lnserve.app.galleries.errors import (
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
 from lnserve.converters.artifact import FAMILIES
+from lnserve.converters.storage import out_of_space_reported
 
 log = logging.getLogger("lnserve.galleries")
 
@@ -196,6 +198,22 @@ class _Snapshot:
     vectors: np.ndarray | None
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _out_of_space_reported(method: _Method) -> _Method:
+    """A write that runs out of space raises ``StorageFullError`` naming the gallery (HTTP 507), not a bare
+    OSError: nothing acknowledged is lost (vectors are appended past the acknowledged end and committed
+    after their fsync), and the next write cuts the unacknowledged tail."""
+
+    @functools.wraps(method)
+    def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
+        with out_of_space_reported(f"gallery {name!r}"):
+            return method(self, name, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
 class GalleryStore:
     """All galleries under one root directory. Thread-safe; several processes may share a root."""
 
@@ -210,6 +228,7 @@ class GalleryStore:
         self._failed: dict[str, tuple[tuple[str, int, tuple[int, int], int], str]] = {}
 
     # -- galleries ----------------------------------------------------------------------------------------
+    @_out_of_space_reported
     def create(self, name: str, *, kind: str, model: ModelRef, exist_ok: bool = False) -> GalleryInfo:
         """Create an empty gallery of ``kind`` (images | captions) for ``model``.
 
@@ -459,6 +478,7 @@ class GalleryStore:
         return removed
 
     # -- items --------------------------------------------------------------------------------------------
+    @_out_of_space_reported
     def add_items(
         self,
         name: str,

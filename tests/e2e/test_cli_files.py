@@ -7,8 +7,10 @@ import json
 import os
 import pickle
 import pty
+import resource
 import select
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -342,3 +344,58 @@ def test_convert_draws_progress_on_the_terminal_never_in_the_piped_output(
     assert code == 0, terminal
     stdout = (tmp_path / "stdout").read_text(encoding="utf-8")
     assert len(stdout.splitlines()) == 1 and "\x1b" not in stdout, stdout
+
+
+# -- a full disk -------------------------------------------------------------------------------------------
+def _with_file_size_limit(limit: int) -> Callable[[], None]:
+    """A child whose files cannot grow past ``limit`` bytes: writes beyond it fail with EFBIG, the way a full
+    disk fails them with ENOSPC (both are reported as ``storage_full``)."""
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    return apply
+
+
+def _cli_on_a_full_disk(limit: int, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_with_file_size_limit(limit),
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},  # a short .pyc write would stay behind
+    )
+
+
+def test_a_full_disk_during_a_gallery_add_loses_nothing_acknowledged(
+    model: Path, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The add that runs out of space is one clear line (it was ``internal error: OSError``); the items
+    acknowledged before it are intact, and the gallery takes the next add once there is room."""
+    root = tmp_path / "g"
+    build = ["gallery", "build", "caps", "--model", str(model), "--galleries-dir", str(root), "--append"]
+    run_cli(*build, "--captions", str(inputs["caps"]), check=True)
+    many = tmp_path / "many.txt"
+    many.write_text("".join(f"a dog number {i}\n" for i in range(3000)), encoding="utf-8")
+
+    proc = _cli_on_a_full_disk(64 << 10, *build, "--captions", str(many))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "lnserve: error [storage_full]: gallery 'caps': File too large; the write was abandoned "
+        "(nothing of it is kept), free space and retry"
+    ]
+    check = run_cli("gallery", "check", "caps", "--galleries-dir", str(root), check=True)
+    assert "ok (5 items in 5 rows, 5 verified" in check.stdout
+    run_cli(*build, "--captions", str(many), check=True)
+    assert "ok (3005 items" in run_cli("gallery", "check", "caps", "--galleries-dir", str(root)).stdout
+
+
+def test_a_full_disk_during_a_conversion_leaves_nothing_behind(tmp_path: Path) -> None:
+    proc = _cli_on_a_full_disk(
+        1000, "convert", "order-embedding", str(OE_DIR / "oe_order_gru"), "--out", str(tmp_path / "out")
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("lnserve: error [storage_full]: ") and len(proc.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no artifact, no staging directory
