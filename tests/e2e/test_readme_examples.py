@@ -1,4 +1,7 @@
-"""The README works verbatim: every ```bash example runs as written, in README order, as a reader would.
+"""The README and every page of docs/ work verbatim: each ```bash example runs as written, in page order.
+
+Each page (README.md, then every docs/*.md, found by name: a new page is run with no edit here) starts in a
+fresh working directory, so a page never depends on another page's examples.
 
 One working directory stands for the reader's clone: ``.venv/bin/lnserve`` runs this checkout, and the
 "downloaded" checkpoints the README names (``downloads/...``) are the legacy fixtures under those names. The
@@ -40,6 +43,7 @@ from tests.conftest import LEGACY, inputs
 from tests.e2e.server import ROOT, LiveServer, free_port, start_server
 
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 # first line of a block -> why the test does not run it
 EXCLUDED = {
@@ -65,6 +69,7 @@ class Step:
 
 @dataclass
 class Block:
+    page: Path
     number: int
     heading: str
     text: str
@@ -75,14 +80,14 @@ class Block:
         return self.text.splitlines()[0].strip()
 
     def __str__(self) -> str:
-        return f"README block {self.number} ({self.heading})"
+        return f"{self.page.relative_to(ROOT)} block {self.number} ({self.heading})"
 
 
 # -- reading the README --------------------------------------------------------------------------------
-def readme_blocks() -> list[Block]:
+def readme_blocks(page: Path = README) -> list[Block]:
     blocks: list[Block] = []
     heading, inside, lines = "", False, []
-    for line in README.read_text(encoding="utf-8").splitlines():
+    for line in page.read_text(encoding="utf-8").splitlines():
         if not inside and line.startswith("#"):
             heading = line.lstrip("#").strip()
         elif not inside and line.strip() == "```bash":
@@ -90,7 +95,7 @@ def readme_blocks() -> list[Block]:
         elif inside and line.strip() == "```":
             inside = False
             text = "\n".join(lines)
-            blocks.append(Block(len(blocks) + 1, heading, text, split_steps(text)))
+            blocks.append(Block(page, len(blocks) + 1, heading, text, split_steps(text)))
         elif inside:
             lines.append(line)
     return blocks
@@ -208,8 +213,9 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copyfile(src, dst)
 
 
-def make_workdir(work: Path) -> dict[str, str]:
-    """The files the README's examples assume, and the environment its commands run in."""
+def make_workdir(work: Path, galleries: Path) -> dict[str, str]:
+    """The files the examples assume, and the environment their commands run in: ``galleries`` is the demo
+    server's, as a reader's ``lnserve gallery`` commands and server share one directory."""
     venv_bin = work / ".venv" / "bin"
     venv_bin.mkdir(parents=True)
     lnserve = venv_bin / "lnserve"
@@ -236,7 +242,7 @@ def make_workdir(work: Path) -> dict[str, str]:
     return {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "LNSERVE_GALLERIES_DIR": str(work / "galleries"),  # never the user's own galleries
+        "LNSERVE_GALLERIES_DIR": str(galleries),  # never the user's own galleries
         "LNSERVE_THREADS": "1",
     }
 
@@ -354,16 +360,26 @@ def _is_serve_block(block: Block) -> bool:
 
 # -- tests ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("readme-demo")
+
+
+@pytest.fixture(scope="module")
+def demo(demo_home: Path) -> Iterator[LiveServer]:
     """What the README tells the reader to start first: `lnserve serve`, the demo model and its gallery."""
-    srv = start_server(tmp_path_factory.mktemp("readme-demo"))
+    srv = start_server(demo_home)  # its galleries: demo_home / "galleries"
     yield srv
     srv.stop()
 
 
+def all_blocks() -> list[Block]:
+    return [block for page in PAGES for block in readme_blocks(page)]
+
+
 def test_every_block_is_run_or_excluded_for_a_stated_reason() -> None:
-    blocks = readme_blocks()
-    assert len(blocks) >= 10, "the README parser found too few ```bash blocks"
+    blocks = all_blocks()
+    assert len(readme_blocks()) >= 4, "the README parser found too few ```bash blocks"
+    assert len(blocks) >= 20, "the docs parser found too few ```bash blocks"
     used = {b.marker for b in blocks if b.marker in EXCLUDED}
     assert used == set(EXCLUDED), f"markers no block uses any more: {set(EXCLUDED) - used}"
     for block in blocks:
@@ -374,14 +390,12 @@ def test_every_block_is_run_or_excluded_for_a_stated_reason() -> None:
                 assert not re.search(r"\[--|\.\.\.|<[a-z]", code), f"{block}: placeholder in `{step.command}`"
 
 
-def test_readme_shell_examples_run_verbatim(demo: LiveServer, tmp_path: Path) -> None:
-    work = tmp_path / "clone"
-    env = make_workdir(work)
-    port = urlparse(demo.url).port
-    assert port is not None
+def run_page(page: Path, work: Path, port: int, galleries: Path) -> tuple[int, list[str]]:
+    """Every block of ``page`` not excluded, in order, in a fresh working directory: (ran, problems)."""
+    env = make_workdir(work, galleries)
     problems: list[str] = []
     ran = 0
-    for block in readme_blocks():
+    for block in readme_blocks(page):
         if block.marker in EXCLUDED:
             continue
         ran += 1
@@ -389,8 +403,29 @@ def test_readme_shell_examples_run_verbatim(demo: LiveServer, tmp_path: Path) ->
             problems += run_serve_block(block, work, env)
         else:
             problems += run_block(block, work, env, port)
-    assert ran >= 8
-    assert not problems, "README examples that do not work as written:\n\n" + "\n\n".join(problems)
+    return ran, problems
+
+
+def _port(demo: LiveServer) -> int:
+    port = urlparse(demo.url).port
+    assert port is not None
+    return port
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shell_examples_run_verbatim(demo: LiveServer, demo_home: Path, tmp_path: Path, page: Path) -> None:
+    ran, problems = run_page(page, tmp_path / "clone", _port(demo), demo_home / "galleries")
+    if page == README:
+        assert ran >= 4
+    assert not problems, f"{page.name} examples that do not work as written:\n\n" + "\n\n".join(problems)
+
+
+def test_gallery_examples_clean_up_and_run_twice(demo: LiveServer, demo_home: Path, tmp_path: Path) -> None:
+    """The galleries page creates galleries on the server and removes them: a reader can run it again."""
+    page = ROOT / "docs" / "retrieval.md"
+    for attempt in ("first", "second"):
+        ran, problems = run_page(page, tmp_path / attempt, _port(demo), demo_home / "galleries")
+        assert ran and not problems, f"{attempt} run:\n\n" + "\n\n".join(problems)
 
 
 class _Assets(HTMLParser):

@@ -1,4 +1,5 @@
-"""The README's settings and errors tables are read from the code, so neither can drift from it."""
+"""The docs' settings and errors tables (docs/settings.md, docs/http-api.md) are read from the code, so
+neither can drift from it."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ from lnserve.app.galleries.store import GalleryStore, default_root
 from lnserve.app.routes import ROUTER_MODULES
 from lnserve.app.settings import Settings
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+SETTINGS = (DOCS / "settings.md", "# Settings")
+ERRORS = (DOCS / "http-api.md", "## Errors")
 _CODE = re.compile(r"`([a-z_]+)`")
 _VAR = re.compile(r"`(LNSERVE_[A-Z0-9_]+)`")
 
 
-def _table(heading: str) -> list[list[str]]:
-    """The rows (cells, stripped) of the first table after ``heading``, header and rule left out."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+def _table(where: tuple[Path, str]) -> list[list[str]]:
+    """The rows (cells, stripped) of the first table after the heading, header and rule left out."""
+    page, heading = where
+    lines = page.read_text(encoding="utf-8").splitlines()
     start = lines.index(heading)
     rows: list[list[str]] = []
     for line in lines[start + 1 :]:
@@ -40,10 +44,10 @@ def _env_names() -> set[str]:
 
 
 def test_settings_table_lists_every_setting_and_nothing_else() -> None:
-    documented = [v for row in _table("### Settings") for v in _VAR.findall(row[0])]
+    documented = [v for row in _table(SETTINGS) for v in _VAR.findall(row[0])]
     assert len(documented) == len(set(documented)), "a setting is listed twice"
     assert set(documented) == _env_names(), (
-        f"missing from README: {sorted(_env_names() - set(documented))}; "
+        f"missing from docs/settings.md: {sorted(_env_names() - set(documented))}; "
         f"not settings: {sorted(set(documented) - _env_names())}"
     )
 
@@ -61,7 +65,7 @@ def test_settings_table_defaults_that_state_a_value_are_the_real_defaults(
         monkeypatch.delenv(name, raising=False)
     defaults = Settings().model_dump()
     checked = 0
-    for row in _table("### Settings"):
+    for row in _table(SETTINGS):
         names, values = _VAR.findall(row[0]), row[1].split(" / ")
         if len(names) != len(values):
             continue
@@ -88,7 +92,7 @@ def test_errors_table_is_the_code_table() -> None:
     importlib.import_module("lnserve.app.server")
     importlib.import_module("lnserve.app.scale.galleries")
     documented: dict[str, int] = {}
-    for row in _table("### Errors"):
+    for row in _table(ERRORS):
         status = int(row[0])
         for code in _CODE.findall(row[1]):
             assert code not in documented, f"{code} is listed twice"
