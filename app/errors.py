@@ -7,6 +7,7 @@ LnserveError
 ├── UserInputError (invalid_input, 422)
 │   ├── TooManySentencesError  (too_many_sentences, 422)  more sentences / images than max_sentences
 │   ├── SentenceTooLongError   (sentence_too_long, 422)   more tokens than max_tokens and no truncate
+│   ├── TokenIdsUnsupportedError (token_ids_unsupported, 422) token ids instead of text (/v1/embeddings, TEI)
 │   ├── ModelNotFoundError     (model_not_found, 404)     no model of that name
 │   ├── RequestTooLargeError   (request_too_large, 413)   body larger than max_body_bytes
 │   ├── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
@@ -81,6 +82,20 @@ class SentenceTooLongError(UserInputError):
     code = "sentence_too_long"
 
 
+class TokenIdsUnsupportedError(UserInputError):
+    """Token ids instead of text (langchain-openai's default): ids from another tokenizer mean nothing to
+    models with their own vocabularies."""
+
+    code = "token_ids_unsupported"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "input is token ids, but lnserve's models have their own vocabularies and take text: send "
+            "strings. langchain-openai sends token ids unless OpenAIEmbeddings(..., "
+            "check_embedding_ctx_length=False)"
+        )
+
+
 class ModelNotFoundError(UserInputError):
     """No loaded model has that name."""
 
@@ -130,6 +145,7 @@ HTTP_STATUSES: dict[str, int] = {
     "invalid_request": 422,
     "too_many_sentences": 422,
     "sentence_too_long": 422,
+    "token_ids_unsupported": 422,
     "gallery_error": 422,
     "gallery_mismatch": 422,
     "unauthorized": 401,

@@ -7,6 +7,7 @@ builds the engines and warms each one up through its batcher, after which ``read
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -68,7 +69,19 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
         raise InvalidSettingError(
             f"default model {settings.default_model!r} is not among the models ({names})"
         )
+    _check_aliases(settings.model_aliases, [n for n, _, _ in out])
     return out
+
+
+def _check_aliases(aliases: dict[str, str], names: list[str]) -> None:
+    """Every alias names a served model and hides none (a configuration mistake otherwise)."""
+    for alias, target in aliases.items():
+        if target not in names:
+            raise InvalidSettingError(
+                f"model alias {alias}={target}: {target!r} is not among the models ({', '.join(names)})"
+            )
+        if alias in names:
+            raise InvalidSettingError(f"model alias {alias}={target}: {alias!r} is already a model's name")
 
 
 def _artifact_dirs(path: Path) -> list[Path]:
@@ -105,9 +118,16 @@ class ModelEntry:
         TooManySentencesError.check(n, self.settings.max_sentences)
 
     def prepare(
-        self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None, truncate: bool
+        self,
+        sentences: Sequence[str],
+        *,
+        pretokenized: bool,
+        eos: bool | None,
+        truncate: bool,
+        keep_end: bool = False,
     ) -> tuple[list[list[int]], bool]:
-        """Token ids within the limits, and the eos actually used (synchronous: see ``prepare_async``)."""
+        """Token ids within the limits, and the eos actually used (synchronous: see ``prepare_async``).
+        ``keep_end``: truncation keeps a long sentence's last tokens (TEI's truncation_direction left)."""
         engine = self._engine()
         self.check_count(len(sentences))
         use_eos = engine.defaults["eos"] if eos is None else eos
@@ -121,19 +141,27 @@ class ModelEntry:
                     f"sentence {i} has {len(seq)} tokens; the limit is {limit} (max_tokens); "
                     "send truncate: true to cut it"
                 )
-            seqs[i] = seq[: limit - 1] + seq[-1:] if use_eos else seq[:limit]  # keep eos last
+            if keep_end:
+                seqs[i] = seq[-limit:]  # eos, when on, is among the last tokens
+            else:
+                seqs[i] = seq[: limit - 1] + seq[-1:] if use_eos else seq[:limit]  # keep eos last
         return seqs, use_eos
 
     async def prepare_async(
-        self, sentences: list[str], *, pretokenized: bool, eos: bool | None, truncate: bool
+        self,
+        sentences: list[str],
+        *,
+        pretokenized: bool,
+        eos: bool | None,
+        truncate: bool,
+        keep_end: bool = False,
     ) -> tuple[list[list[int]], bool]:
         """``prepare`` for a request: small bodies on the event loop (a thread hop costs more than they
         do), large ones in a thread so tokenising megabytes of text never stalls other requests."""
+        kwargs = {"pretokenized": pretokenized, "eos": eos, "truncate": truncate, "keep_end": keep_end}
         if sum(map(len, sentences)) <= INLINE_TOKENIZE_CHARS:
-            return self.prepare(sentences, pretokenized=pretokenized, eos=eos, truncate=truncate)
-        return await asyncio.to_thread(
-            self.prepare, sentences, pretokenized=pretokenized, eos=eos, truncate=truncate
-        )
+            return self.prepare(sentences, **kwargs)
+        return await asyncio.to_thread(functools.partial(self.prepare, sentences, **kwargs))
 
     def tokenize(self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None) -> dict[str, Any]:
         """``POST /tokenize``: each sentence's tokens and ids as ``prepare`` would look them up (no limit
@@ -303,6 +331,8 @@ class ModelRegistry:
             if self.default_name is None:
                 raise NotReadyError("no model is loaded yet")
             return self.entries[self.default_name]
+        if name not in self.entries:  # LNSERVE_MODEL_ALIASES: a name a client insists on (text-embedding-...)
+            name = self.settings.model_aliases.get(name, name)
         try:
             return self.entries[name]
         except KeyError:

@@ -44,6 +44,24 @@ def _split_list(value: object) -> object:
     return value
 
 
+def _split_pairs(value: object) -> object:
+    """``ALIAS=MODEL,ALIAS2=MODEL`` (or a JSON object) -> a dict."""
+    if not isinstance(value, str):
+        return value
+    value = value.strip()
+    if value.startswith("{"):
+        import json
+
+        return json.loads(value)
+    pairs: dict[str, str] = {}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        alias, sep, model = (p.strip() for p in item.partition("="))
+        if not (sep and alias and model):
+            raise ValueError(f"{item!r} is not ALIAS=MODEL")
+        pairs[alias] = model
+    return pairs
+
+
 class Settings(BaseSettings):
     """Everything the HTTP service can be told; ``/info`` reports the limits."""
 
@@ -56,6 +74,10 @@ class Settings(BaseSettings):
         description="Artifact directories (or folders of them); none: the embedded demo model.",
     )
     default_model: str | None = Field(None, description="Name of the default model (default: the first).")
+    model_aliases: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Other names for served models: ALIAS=MODEL, comma-separated.",
+    )
     backend: str = Field(DEFAULT_BACKEND, description=f"Inference backend: {', '.join(BACKENDS)}.")
     threads: int = Field(default_factory=_default_threads, ge=1, description="Intra-op threads per model.")
     providers: Annotated[list[str], NoDecode] = Field(
@@ -135,6 +157,11 @@ class Settings(BaseSettings):
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)
+
+    @field_validator("model_aliases", mode="before")
+    @classmethod
+    def _aliases(cls, value: object) -> object:
+        return _split_pairs(value)
 
     @field_validator("api_key", "default_model", mode="before")
     @classmethod

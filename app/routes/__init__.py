@@ -15,4 +15,5 @@ ROUTER_MODULES: tuple[str, ...] = (
     "tokenize",
     "score",
     "reload",
+    "tei",
 )

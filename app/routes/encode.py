@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import RegistryDep, cancel_on_disconnect
+from lnserve.app.routes.encode_helpers import encode_texts
 from lnserve.app.schemas import (
     EncodeImagesRequest,
     EncodeImagesResponse,
@@ -22,10 +23,15 @@ router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 async def encode(body: EncodeRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
     """Encode sentences into vectors (micro-batched with concurrent requests)."""
     entry = registry.get(body.model)
-    seqs, _ = await entry.prepare_async(
-        body.sentences, pretokenized=body.pretokenized, eos=body.eos, truncate=body.truncate
+    vectors, seqs = await encode_texts(
+        request,
+        entry,
+        body.sentences,
+        pretokenized=body.pretokenized,
+        eos=body.eos,
+        truncate=body.truncate,
+        normalize=body.normalize,
     )
-    vectors = await cancel_on_disconnect(request, entry.encode_ids(seqs, normalize=body.normalize))
     return VectorJSONResponse(
         {
             "model": entry.name,

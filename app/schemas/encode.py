@@ -86,7 +86,10 @@ class EncodeImagesResponse(BaseModel):
 class EmbeddingsRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # OpenAI clients send fields we have no use for
 
-    input: str | list[str] = Field(description="A string or a list of strings.")
+    input: str | list[str] | list[int] | list[list[int]] = Field(
+        description="A string or a list of strings. Token ids (a list of ints, or of lists of ints) are "
+        "refused with 422 token_ids_unsupported: the models have their own vocabularies."
+    )
     model: str | None = ModelName
     encoding_format: Encoding = "float"
     dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
@@ -175,6 +178,23 @@ class Info(BaseModel):
     models: list[ModelInfo]
     galleries: list[GallerySummary] = Field(description="Retrieval galleries (see GET /galleries).")
     limits: dict[str, int | float]
+    # text-embeddings-inference's /info fields (TEI serves one model: here, the default one)
+    model_id: str | None = Field(None, description="TEI: the model the TEI routes answer with (the default).")
+    model_sha: str | None = Field(None, description="TEI: sha256 of that model's manifest.json.")
+    model_dtype: str | None = Field(None, description="TEI: float32 or float16.")
+    model_type: dict[str, dict[str, str]] = Field(
+        default_factory=lambda: {"embedding": {"pooling": "last"}},
+        description="TEI: an embedding model; the vector is the recurrent encoder's last state.",
+    )
+    max_concurrent_requests: int | None = Field(None, description="TEI: max_inflight.")
+    max_input_length: int | None = Field(None, description="TEI: max_tokens.")
+    max_batch_tokens: int | None = Field(None, description="TEI: max_batch_tokens.")
+    max_batch_requests: int | None = Field(None, description="TEI: max_batch_size.")
+    max_client_batch_size: int | None = Field(None, description="TEI: max_sentences.")
+    auto_truncate: bool = Field(
+        False, description="TEI: inputs over max_input_length are refused unless truncate."
+    )
+    tokenization_workers: int = 1
 
 
 class Health(BaseModel):

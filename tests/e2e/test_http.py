@@ -166,6 +166,8 @@ def test_openai_errors(client: httpx.Client) -> None:
     r = client.post("/v1/embeddings", json={"input": "a dog", "model": "oe_order_gru", "dimensions": 3})
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"
     r = client.post("/v1/embeddings", json={"input": [[1, 2, 3]], "model": "oe_order_gru"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "token_ids_unsupported"  # issue 23
+    r = client.post("/v1/embeddings", json={"input": [{"a": 1}], "model": "oe_order_gru"})
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
 
 

@@ -1,0 +1,71 @@
+"""Request and response bodies of the text-embeddings-inference (TEI) protocol: ``/embed``, ``/similarity``,
+``POST /`` and ``/tei/tokenize``. Unknown fields are ignored, as TEI does, so its clients work unchanged."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
+
+Inputs = str | list[str] | list[int] | list[list[int]]
+
+
+def _lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
+# TEI spells them Left / Right; huggingface_hub sends left / right
+TruncationDirection = Annotated[Literal["left", "right"], BeforeValidator(_lower)]
+
+
+class _TEIRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    truncate: bool | None = Field(
+        None, description="Cut inputs over max_tokens instead of refusing them (413); default false."
+    )
+    truncation_direction: TruncationDirection = Field(
+        "right", description="right: keep the first tokens; left: keep the last ones."
+    )
+    prompt_name: str | None = Field(None, description="Not supported (the models have no prompts): 422.")
+
+
+class TEIEmbedRequest(_TEIRequest):
+    inputs: Inputs = Field(description="A string or a list of strings (token ids: 422).")
+    normalize: bool = Field(True, description="L2-normalise the vectors.")
+    dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
+
+
+class SimilarityInput(BaseModel):
+    source_sentence: str
+    sentences: list[str] = Field(min_length=1)
+
+
+class TEISimilarityRequest(_TEIRequest):
+    inputs: SimilarityInput
+    parameters: dict[str, object] | None = Field(None, description="Accepted and ignored.")
+
+
+class TEIRootRequest(_TEIRequest):
+    """``POST /``: a feature-extraction body, or a sentence-similarity one (``inputs`` an object)."""
+
+    inputs: SimilarityInput | Inputs
+    normalize: bool = True
+    dimensions: StrictInt | None = None
+    parameters: dict[str, object] | None = None
+
+
+class TEITokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    inputs: str | list[str]
+    add_special_tokens: bool = Field(True, description="Append the model's eos token where it uses one.")
+    prompt_name: str | None = None
+
+
+class TEIToken(BaseModel):
+    id: int
+    text: str
+    special: bool = Field(description="The appended <eos>.")
+    start: int | None = Field(None, description="Character offsets are not tracked: null.")
+    stop: int | None = None

@@ -1,0 +1,36 @@
+"""LNSERVE_MODEL_ALIASES: ALIAS=MODEL pairs; a malformed pair, an alias of no model or one that hides a model
+is a configuration mistake (invalid_setting, serve exits 2), never a surprise at request time."""
+
+from __future__ import annotations
+
+import pytest
+
+from lnserve.app.registry import resolve_model_dirs
+from lnserve.app.settings import InvalidSettingError, load_settings
+
+
+def test_pairs_are_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LNSERVE_MODEL_ALIASES", " text-embedding-ada-002 = demo-lngru , x=demo-lngru ")
+    assert load_settings().model_aliases == {"text-embedding-ada-002": "demo-lngru", "x": "demo-lngru"}
+    monkeypatch.setenv("LNSERVE_MODEL_ALIASES", '{"a": "demo-lngru"}')
+    assert load_settings().model_aliases == {"a": "demo-lngru"}
+    monkeypatch.delenv("LNSERVE_MODEL_ALIASES")
+    assert load_settings().model_aliases == {}
+
+
+@pytest.mark.parametrize("value", ["ada", "=demo-lngru", "ada=", "a=b,c"])
+def test_malformed_pairs_are_invalid_settings(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("LNSERVE_MODEL_ALIASES", value)
+    with pytest.raises(InvalidSettingError, match=r"LNSERVE_MODEL_ALIASES=.*is not ALIAS=MODEL"):
+        load_settings()
+
+
+def test_an_alias_must_name_a_served_model_and_hide_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LNSERVE_MODEL_ALIASES", "ada=nope")
+    with pytest.raises(InvalidSettingError, match="'nope' is not among the models"):
+        resolve_model_dirs(load_settings())
+    monkeypatch.setenv("LNSERVE_MODEL_ALIASES", "demo-lngru=demo-lngru")
+    with pytest.raises(InvalidSettingError, match="already a model's name"):
+        resolve_model_dirs(load_settings())
+    monkeypatch.setenv("LNSERVE_MODEL_ALIASES", "ada=demo-lngru")
+    assert [name for name, _, _ in resolve_model_dirs(load_settings())] == ["demo-lngru"]
