@@ -16,4 +16,5 @@ ROUTER_MODULES: tuple[str, ...] = (
     "score",
     "reload",
     "tei",
+    "front",
 )

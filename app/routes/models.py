@@ -15,7 +15,7 @@ from lnserve.app.settings import Settings
 router = APIRouter(tags=["models"])
 
 
-def _version() -> str:
+def lnserve_version() -> str:
     try:
         return version("lnserve")
     except PackageNotFoundError:
@@ -39,7 +39,7 @@ async def info(request: Request, registry: RegistryDep, settings: SettingsDep, s
     return Info.model_validate(
         {
             **_tei_fields(default, settings),
-            "version": _version(),
+            "version": lnserve_version(),
             "backend": settings.backend,
             "engine": engine() if engine else {"name": "process", "replicas": 1, "shards": 1},
             "ready": registry.ready,
