@@ -33,7 +33,12 @@ def serve(
         typer.Option("--galleries-dir", help="Gallery root (default ~/.local/share/lnserve/galleries)."),
     ] = None,
     ray: Annotated[
-        bool, typer.Option("--ray", help="Serve on Ray Serve (needs: pip install 'lnserve[ray]').")
+        bool,
+        typer.Option(
+            "--ray",
+            # rich would read [ray] as markup and print 'lnserve': escaped
+            help="Serve on Ray Serve (needs: pip install 'lnserve\\[ray]').",
+        ),
     ] = False,
     replicas: Annotated[
         int | None, typer.Option("--replicas", help="--ray: encoding replicas (default 1).")

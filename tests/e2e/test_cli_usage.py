@@ -93,6 +93,13 @@ def test_help_still_exits_0(args: list[str]) -> None:
     assert "Usage: lnserve" in proc.stdout and proc.stderr == ""
 
 
+def test_serve_help_names_the_ray_extra() -> None:
+    """Rich markup once swallowed ``[ray]``: the help said ``pip install 'lnserve'``."""
+    proc = run_cli("serve", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "lnserve[ray]" in " ".join(proc.stdout.replace("│", " ").split()), proc.stdout
+
+
 # -- bad settings -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("env", "args", "message"),
