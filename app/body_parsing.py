@@ -34,7 +34,7 @@ from starlette.responses import Response
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
 from lnserve.app.schemas.retrieval import ItemsAdd, RetrieveRequest
-from lnserve.app.schemas.tei import SimilarityInput, TEIEmbedRequest, TEIRootRequest
+from lnserve.app.schemas.tei import SimilarityInput, TEIEmbedRequest, TEIRootRequest, TEISimilarityRequest
 from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.body")
@@ -49,6 +49,7 @@ _COUNTS: dict[type[BaseModel], tuple[Callable[[Any], int], str]] = {
     ItemsAdd: (lambda b: len(b.items), "items"),
     RetrieveRequest: (lambda b: len(b.query_list()), "queries"),
     TEIEmbedRequest: (lambda b: 1 if isinstance(b.inputs, str) else len(b.inputs), "items"),
+    TEISimilarityRequest: (lambda b: 1 + len(b.inputs.sentences), "items"),
     TEIRootRequest: (
         lambda b: (
             1 + len(b.inputs.sentences)

@@ -78,6 +78,19 @@ def test_errors_have_tei_statuses_and_our_body(http: httpx.Client) -> None:
     _error(http.post("/embed", json=big), 413, "request_too_large")
 
 
+def test_over_limit_large_bodies_get_413(http: httpx.Client) -> None:
+    """Bodies over 64 KiB (validated in the body-parsing worker) over max_sentences get TEI's 413 too."""
+    row = "a red circle on the left " * 12  # ~300 bytes: 300 rows make a body well over 64 KiB
+    bodies = {
+        "/embed": {"inputs": [row] * 300},
+        "/similarity": {"inputs": {"source_sentence": row, "sentences": [row] * 300}},
+        "/": {"inputs": {"source_sentence": row, "sentences": [row] * 300}},
+    }
+    for path, body in bodies.items():
+        _error(http.post(path, json=body), 413, "too_many_sentences")
+    assert http.post("/embed", json={"inputs": [row] * 200}).status_code == 200  # large but within the limits
+
+
 def test_tei_tokenize(http: httpx.Client) -> None:
     tokens = http.post("/tei/tokenize", json={"inputs": "A dog on a bus!"}).json()
     ours = http.post("/tokenize", json={"sentences": ["A dog on a bus!"]}).json()["sentences"][0]["tokens"]
