@@ -109,6 +109,26 @@ def test_order_embedding_parity(client: httpx.Client, name: str) -> None:
     _close(r.json()["vectors"], gold["img_emb"], "img_emb")
 
 
+def test_tei_routes_answer_with_the_default_model_to_golden_precision(client: httpx.Client) -> None:
+    """TEI serves one model: the default (the first here). Its vectors are the goldens, as through /encode
+    (TEI sends raw text: the captions that raw-text tokenisation leaves as they are, lowercase words)."""
+    name = OE_MODELS[0]
+    every = inputs()["order_embedding"]["captions"]
+    rows = [i for i, c in enumerate(every) if re.fullmatch(r"[a-z]+( [a-z]+)*", c)]
+    assert len(rows) >= 10
+    full = golden(name)
+    gold, caps = {k: full[k][rows] for k in ("sent_emb", "sent_hidden_raw")}, [every[i] for i in rows]
+    r = client.post("/embed", json={"inputs": caps})
+    assert r.status_code == 200, r.text
+    _close(r.json(), gold["sent_emb"], "sent_emb via /embed")
+    raw = client.post("/", json={"inputs": caps, "normalize": False})
+    _close(raw.json(), gold["sent_hidden_raw"], "sent_hidden_raw via POST /")
+    sims = client.post("/similarity", json={"inputs": {"source_sentence": caps[0], "sentences": caps}}).json()
+    unit = gold["sent_emb"] / np.linalg.norm(gold["sent_emb"], axis=1, keepdims=True)
+    _close(sims, unit @ unit[0], "cosine similarity")
+    assert client.get("/info").json()["model_id"] == name
+
+
 @pytest.mark.parametrize("name", ST_VARIANTS)
 def test_skip_thoughts_parity(client: httpx.Client, name: str) -> None:
     gold, sents = golden(name), inputs()["skipthoughts"]["sentences"]
