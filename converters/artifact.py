@@ -24,6 +24,7 @@ from safetensors.numpy import load_file, save_file
 
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
 from lnserve.converters.hashing import sha256_file, sha256_unchanged_file
+from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -40,8 +41,23 @@ _HASH_ON_LOAD_LIMIT = 256 << 20  # files larger than this (word tables) are chec
 
 def model_name(out: Path, name: str | None = None) -> str:
     """The one naming rule for converted, pulled and trained models: ``name`` if given, else the artifact
-    directory's own name (what the server falls back to when a manifest has no name)."""
-    return name or Path(os.path.abspath(out)).name
+    directory's own name (what the server falls back to when a manifest has no name).
+
+    Raises:
+        ArtifactError: the name cannot be one URL path segment (``/models/NAME/reload``).
+    """
+    chosen = name or Path(os.path.abspath(out)).name
+    check_model_name(chosen)
+    return chosen
+
+
+def check_model_name(name: str) -> str:
+    """``name`` if it can be addressed as one URL path segment (``converters.url_segment``), else
+    ArtifactError."""
+    fault = segment_fault(name) if name else "it is empty"
+    if fault is not None:
+        raise ArtifactError(f"bad model name {name!r}: {fault}; a model name must be {SEGMENT_RULE}")
+    return name
 
 
 @contextmanager
