@@ -62,7 +62,8 @@ from lnserve.app.galleries.errors import (
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
 from lnserve.converters.artifact import FAMILIES
-from lnserve.converters.storage import out_of_space_reported
+from lnserve.converters.errors import StorageFullError
+from lnserve.converters.storage import out_of_space_reported, storage_full
 from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 
 log = logging.getLogger("lnserve.galleries")
@@ -204,13 +205,14 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def _out_of_space_reported(method: _Method) -> _Method:
-    """A write that runs out of space raises ``StorageFullError`` naming the gallery (HTTP 507), not a bare
-    OSError: nothing acknowledged is lost (vectors are appended past the acknowledged end and committed
-    after their fsync), and the next write cuts the unacknowledged tail."""
+    """A use that runs out of space raises ``StorageFullError`` naming the gallery (HTTP 507), not a bare
+    OSError or SQLite's "disk I/O error": nothing acknowledged is lost (vectors are appended past the
+    acknowledged end and committed after their fsync; a failed append cuts its tail at once). Every write
+    path has it, and so do reads: SQLite writes a WAL index file to open a database, even to read it."""
 
     @functools.wraps(method)
     def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
-        with out_of_space_reported(f"gallery {name!r}"):
+        with out_of_space_reported(f"gallery {name!r}", self.root):
             return method(self, name, *args, **kwargs)
 
     return checked  # type: ignore[return-value]
@@ -303,6 +305,7 @@ class GalleryStore:
         self._adopt_identity(name, info, model)
         return info
 
+    @_out_of_space_reported
     @_removal_reported
     def get(self, name: str) -> GalleryInfo:
         """The gallery's identity and live item count.
@@ -326,6 +329,8 @@ class GalleryStore:
             except GalleryCorruptError as exc:
                 out.append(CorruptGallery(name, exc.reason, self._readable_info(name)))
             except (OSError, sqlite3.Error) as exc:  # e.g. permissions: not servable either
+                if (full := storage_full(exc, f"gallery {name!r}", self.root)) is not None:
+                    raise full from None  # SQLite cannot open a database on a full disk: not damage
                 out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
         return out
 
@@ -340,10 +345,13 @@ class GalleryStore:
                 continue
             except GalleryCorruptError as exc:
                 out.append(CorruptGallery(name, exc.reason, self._readable_info(name)))
+            except StorageFullError as exc:  # not damage: verified at its next use, once there is room
+                log.warning("gallery %s: not verified now: %s", name, exc)
             except (OSError, sqlite3.Error) as exc:
                 out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
         return out
 
+    @_out_of_space_reported
     @_removal_reported
     def verify(self, name: str) -> GalleryInfo:
         """Check a gallery in full (files, counters, every acknowledged row against its checksum) and record
@@ -366,6 +374,7 @@ class GalleryStore:
                 self._record_legacy(name, db, state)
             return state.info
 
+    @_out_of_space_reported
     @_removal_reported
     def check(self, name: str) -> CheckReport:
         """Verify a gallery in full without changing it (``lnserve gallery check``); rows without checksums
@@ -577,11 +586,17 @@ class GalleryStore:
             if size < end:
                 raise GalleryCorruptError(name, _short_reason(size, end))
             f.truncate(end)
-            f.seek(end)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            fd, view, done = f.fileno(), memoryview(data), 0
+            try:  # unbuffered: nothing is left in a buffer to be written again when the file closes
+                while done < len(view):
+                    done += os.pwrite(fd, view[done:], end + done)
+                os.fsync(fd)
+            except OSError:  # e.g. out of space: give back what the failed write took, at once
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, end)
+                raise
 
+    @_out_of_space_reported
     @_removal_reported
     def next_numbered_id(self, name: str) -> int:
         """The first free number for items numbered ``0, 1, 2...`` (``gallery build`` without ids): past every
@@ -610,6 +625,7 @@ class GalleryStore:
             db.execute("UPDATE counters SET value = value + 1 WHERE key = 'n_deleted'")
             db.execute("COMMIT")
 
+    @_out_of_space_reported
     @_removal_reported
     def get_item(self, name: str, item_id: str, *, with_vector: bool = False) -> dict[str, Any]:
         """``{id, payload}`` (+ ``vector`` as float32 array) of one live item. Raises ItemNotFoundError,
@@ -667,6 +683,7 @@ class GalleryStore:
         """
         return self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=False)
 
+    @_out_of_space_reported
     @_removal_reported
     def _search(
         self,
