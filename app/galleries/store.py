@@ -222,8 +222,8 @@ def _removal_reported(method: _Method) -> _Method:
     """A use that loses the race with a removal (``DELETE /galleries/NAME``, ``lnserve gallery rm``) raises
     ``GalleryNotFoundError``: its files vanish mid-use, which would otherwise read as damage (a missing lock
     or vector file: a false ``gallery_corrupt``) or as an I/O error (SQLite opening the WAL of a renamed
-    database). The gallery's directory is identified when the use starts: if it is gone or replaced when
-    the use fails, the failure is the removal's, never reported as anything else."""
+    database). The gallery's directory is identified when the use starts: if it is gone, replaced or (made
+    meanwhile) new when the use fails, the failure is the race's, never reported as anything else."""
 
     @functools.wraps(method)
     def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -966,7 +966,7 @@ class GalleryStore:
         try:
             yield
         except (GalleryCorruptError, OSError, sqlite3.Error):
-            if before is None or self._dir_id(name) == before:
+            if self._dir_id(name) == before:  # None == None: absent throughout, the use's own answer
                 raise
             raise GalleryNotFoundError(f"no gallery named {name!r} (it was removed meanwhile)") from None
 
