@@ -24,6 +24,7 @@ from safetensors.numpy import load_file, save_file
 
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
 from lnserve.converters.hashing import sha256_file, sha256_unchanged_file
+from lnserve.converters.storage import out_of_space_reported
 from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 
 FORMAT_VERSION = 1
@@ -88,9 +89,20 @@ def staging_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
 
 def write_json(path: Path, obj: Any) -> None:
     """Write via a temporary file and a rename, so a manifest being rewritten is never seen half-written."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(json_bytes(obj))
-    os.replace(tmp, path)
+    write_replacing(path, json_bytes(obj))
+
+
+def write_replacing(dest: Path, data: bytes) -> None:
+    """Write ``dest`` via a temporary file and a rename; a failed write (e.g. a full disk: StorageFullError
+    naming ``dest``) leaves neither a half-written ``dest`` nor the temporary file."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    try:
+        with out_of_space_reported(str(dest)):
+            tmp.write_bytes(data)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # What a model's vectors depend on, besides the files: manifest sections and option keys. Everything else
@@ -166,9 +178,7 @@ def add_files(
     for rel, data in files:
         dest = path / rel
         dest.parent.mkdir(exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
+        write_replacing(dest, data)
         recorded[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     manifest["files"] = recorded
     manifest.update(sections)

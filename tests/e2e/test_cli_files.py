@@ -437,3 +437,18 @@ def test_a_full_disk_on_standard_output_is_storage_full(model: Path, tmp_path: P
         "lnserve: error [storage_full]: writing the output: File too large; the write was abandoned "
         "(nothing of it is kept), free space and retry"
     ]
+
+
+def test_a_full_disk_during_export_leaves_the_artifact_as_it_was(model: Path, tmp_path: Path) -> None:
+    """``lnserve export`` writes graphs into the artifact: on a full disk one storage_full line naming the
+    file, exit 1, no temporary file left in it, the manifest unchanged; with room it exports."""
+    art = tmp_path / "oe"
+    shutil.copytree(model, art)
+    manifest = (art / "manifest.json").read_bytes()
+    proc = _cli_on_a_full_disk(2000, "export", str(art))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(f"lnserve: error [storage_full]: {art / 'onnx'}/")
+    assert [p.name for p in art.rglob("*") if p.name.endswith(".tmp")] == []
+    assert (art / "manifest.json").read_bytes() == manifest
+    run_cli("export", str(art), check=True)
+    assert "onnx" in json.loads((art / "manifest.json").read_text())
