@@ -86,7 +86,9 @@ def _expect(r: httpx.Response, *ok: int) -> None:
 def test_every_gallery_route_on_a_full_disk(server: LiveServer, tmp_path: Path) -> None:
     items = [{"image": row.tolist(), "id": f"i{j}"} for j, row in enumerate(IMAGES)]
     with httpx.Client(base_url=server.url, timeout=60) as c:
-        assert c.post("/galleries", json={"name": "g", "kind": "images", "model": MODEL}).status_code == 201
+        for name in ("g", "spare"):
+            r = c.post("/galleries", json={"name": name, "kind": "images", "model": MODEL})
+            assert r.status_code == 201, r.text
         assert c.post("/galleries/g/items", json={"items": items}).status_code == 200
         # the test sees the server's tmpfs through the server's own root
         filler = _fill(f"/proc/{server.proc.pid}/root{tmp_path / 'galleries'}")
@@ -106,6 +108,7 @@ def test_every_gallery_route_on_a_full_disk(server: LiveServer, tmp_path: Path) 
             _expect(r, 200)
             if r.status_code == 200:
                 assert all(g["state"] == "ok" for g in r.json()["galleries"]), r.text
+        _expect(c.delete("/galleries/spare"), 204)  # a removal frees space: it needs none
         assert c.get("/health").status_code == 200
 
         filler.unlink()  # room again: nothing acknowledged was lost, and every write works
