@@ -149,6 +149,10 @@ def test_hostile_item_ids_in_urls_never_reach_anything_else(server: LiveServer) 
                         assert target != "/galleries/probe", r.headers["location"]
                     if r.status_code == 404:  # not_found: a decoded '/' splits the segment, no route matches
                         assert r.json()["error"]["code"] in ("item_not_found", "not_found"), (s, url, r.text)
+        for raw in ("%ED%A0%80", "%FF", "%C0%AE%C0%AE", "%00"):  # not UTF-8 / an encoded surrogate / NUL
+            for url in (f"/galleries/probe/items/{raw}", f"/galleries/probe/items?id={raw}"):
+                for method in ("GET", "DELETE"):
+                    _error(c.request(method, url), 404, "item_not_found")
         assert c.get("/galleries/probe").json()["count"] == 1
         assert c.get("/galleries/probe/items/anchor").status_code == 200
 
