@@ -22,17 +22,11 @@ from lnserve.app.runtime.engine import Engine
 from lnserve.converters.url_segment import segment_fault
 from tests.conftest import LEGACY
 from tests.e2e.server import LiveServer, start_server
+from tests.support.hostile_strings import HOSTILE
 
 MODEL = "oe_order_gru"
 IMAGE = np.load(LEGACY / "order_embedding" / "images.npy")[0].tolist()
 
-# what attackers and unlucky users send: dot segments, separators (raw and pre-encoded), URL delimiters,
-# control characters, backslashes, empty and over-long values, and ordinary odd-but-fine text
-HOSTILE = [
-    ".", "..", "...", "./a", "a/..", "/", "a/b", "%2F", "a%2Fb", "%2E%2E", "%2e", "?", "a?b=c", "#", "a#b",
-    "&id=x", "%", "%%", "\x00", "\n", "a\tb", "\r\n", "\x7f", "\x85", "\u2028", "\\", "a\\b", "..\\..", "",
-    " ", " a ", "+", ";", "~", "é", "🙂", "a b", "x" * 256, "x" * 257,
-]  # fmt: skip
 LEGACY_IDS = ["..", ".", "a/b", "/", "\\", "line\nbreak"]  # stored before the rule: reached by ?id=
 
 

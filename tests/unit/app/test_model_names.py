@@ -16,7 +16,7 @@ from lnserve.converters.artifact import MANIFEST, check_model_name, model_name
 from lnserve.converters.errors import ArtifactError
 from lnserve.converters.url_segment import segment_fault
 from tests.conftest import run_cli
-from tests.e2e.test_gallery_ids import HOSTILE
+from tests.support.hostile_strings import HOSTILE
 
 
 @pytest.mark.parametrize("name", HOSTILE)
