@@ -10,6 +10,10 @@ applies the per-request count limit (``max_sentences``) there, so a body with to
 the limits comes back, as the validated model, which FastAPI then takes as is. Smaller bodies are parsed
 inline: a thread hop and a process round trip cost more than they do.
 
+A small body holding a surrogate escape (``\\ud800``) is also validated with the route's model inline, so
+that every body, whatever its size, is read by the same parser: pydantic's refuses a lone surrogate
+(422 ``invalid_request``) where ``json.loads`` would let through text no response can be encoded with.
+
 One worker bounds the CPU that large bodies can take; they queue behind each other, and the number of
 requests in flight is bounded by ``max_inflight``.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import re
 import signal
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ProcessPoolExecutor
@@ -33,6 +38,7 @@ from starlette.responses import Response
 
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
+from lnserve.app.schemas.features import ScoreRequest, TokenizeRequest
 from lnserve.app.schemas.retrieval import ItemsAdd, RetrieveRequest
 from lnserve.app.schemas.tei import SimilarityInput, TEIEmbedRequest, TEIRootRequest, TEISimilarityRequest
 from lnserve.converters.errors import LnserveError
@@ -40,6 +46,7 @@ from lnserve.converters.errors import LnserveError
 log = logging.getLogger("lnserve.body")
 
 INLINE_PARSE_BYTES = 64 * 1024  # measured: ~1 ms to parse inline; a 64 KiB body of tiny rows ~7 ms
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a UTF-16 surrogate, maybe unpaired
 
 # request model -> (how many items it carries, what they are called in the error): max_sentences applies
 _COUNTS: dict[type[BaseModel], tuple[Callable[[Any], int], str]] = {
@@ -60,6 +67,8 @@ _COUNTS: dict[type[BaseModel], tuple[Callable[[Any], int], str]] = {
         ),
         "items",
     ),
+    TokenizeRequest: (lambda b: len(b.sentences), "items"),
+    ScoreRequest: (lambda b: max(len(b.captions), len(b.images)), "captions or images"),
 }
 
 
@@ -78,6 +87,14 @@ def _validate(model: type[BaseModel], raw: bytes, max_items: int) -> BaseModel |
     if count is not None:
         TooManySentencesError.check(count[0](body), max_items, count[1])
     return body
+
+
+def _validated(model: type[BaseModel], raw: bytes, max_items: int) -> BaseModel:
+    """``_validate`` in this process (a small body): the model, or RequestValidationError."""
+    result = _validate(model, raw, max_items)
+    if isinstance(result, list):
+        raise RequestValidationError(result)
+    return result
 
 
 def _worker_init() -> None:
@@ -148,13 +165,13 @@ class OffloadedBodyRoute(APIRoute):
         async def offloaded(request: Request) -> Response:
             parser: BodyParser | None = getattr(request.app.state, "body_parser", None)
             if parser is not None and _is_json(request):
-                length = request.headers.get("content-length", "")
-                if not length.isdigit() or int(length) > INLINE_PARSE_BYTES:
-                    raw = await request.body()
-                    if len(raw) > INLINE_PARSE_BYTES:
-                        limit = request.app.state.settings.max_sentences
-                        # request.json() is cached in _json: FastAPI takes the validated model as is
-                        request._json = await parser.parse(model, raw, max_items=limit)
+                raw = await request.body()
+                limit = request.app.state.settings.max_sentences
+                # request.json() is cached in _json: FastAPI takes the validated model as is
+                if len(raw) > INLINE_PARSE_BYTES:
+                    request._json = await parser.parse(model, raw, max_items=limit)
+                elif _SURROGATE_ESCAPE.search(raw) is not None:
+                    request._json = _validated(model, raw, limit)
             return await handler(request)
 
         return offloaded

@@ -6,7 +6,9 @@ Commands live in ``lnserve.app.commands``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
@@ -64,6 +66,7 @@ def main() -> None:
     debug = "--debug" in sys.argv[1:]
     try:
         code = app(prog_name="lnserve", standalone_mode=False)
+        sys.stdout.flush()  # results on a full disk (``> file``) fail here, answered below, not at exit
     except typer.Abort:
         typer.echo("lnserve: aborted", err=True)
         sys.exit(130)
@@ -82,11 +85,21 @@ def main() -> None:
         if (
             full := storage_full(exc, str(getattr(exc, "filename", None) or "writing the output"))
         ) is not None:
+            _drop_unwritten_stdout()
             typer.echo(f"lnserve: error [{full.code}]: {full}", err=True)
             sys.exit(full.exit_code)
         typer.echo(f"lnserve: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)  # typer.Exit (--help, --version, Ctrl-C) returns its code
+
+
+def _drop_unwritten_stdout() -> None:
+    """Point stdout at /dev/null: what could not be written stays buffered, and Python's flush at exit would
+    fail on it again (a traceback-like "Exception ignored" and exit 120 after the one-line error)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _usage_error(exc: typer.TyperException) -> NoReturn:

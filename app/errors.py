@@ -22,6 +22,7 @@ LnserveError
 │       ├── DuplicateItemError    (duplicate_item, 409)    item id already in the gallery or the batch
 │       ├── GalleryMismatchError  (gallery_mismatch, 422)  model or item / query kind not the gallery's
 │       └── GalleryInputError     (invalid_input, 422)     bad name, vector shape, k, payload
+│           └── InvalidItemIdError (invalid_item_id, 422) an item id no URL path segment can address
 ├── GalleryCorruptError        (gallery_corrupt, 503)     gallery files damaged: that gallery is quarantined
 ├── StorageFullError           (storage_full, 507)        a write ran out of disk space (converters.storage)
 ├── NotReadyError              (not_ready, 503)           models still loading / warming up
@@ -148,6 +149,7 @@ HTTP_STATUSES: dict[str, int] = {
     "token_ids_unsupported": 422,
     "gallery_error": 422,
     "gallery_mismatch": 422,
+    "invalid_item_id": 422,
     "unauthorized": 401,
     "forbidden": 403,
     "model_not_found": 404,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -25,10 +25,11 @@ from lnserve.app.runtime.engine import Engine, bad_rows, nonfinite_error
 from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.settings import InvalidSettingError, Settings
-from lnserve.converters.artifact import MANIFEST
+from lnserve.converters.artifact import MANIFEST, check_model_name
 from lnserve.converters.errors import ArtifactError, LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.registry")
+_T = TypeVar("_T", bound=Sequence[Any])
 INLINE_TOKENIZE_CHARS = 64 * 1024  # larger request texts are tokenised off the event loop
 
 State = Literal["pending", "loading", "ready", "failed"]
@@ -61,6 +62,10 @@ def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, An
         except (OSError, ValueError) as exc:
             raise ArtifactError(f"{d}: not a model artifact ({MANIFEST}: {exc})") from None
         name = str(manifest.get("name") or Path(d).name) if isinstance(manifest, dict) else Path(d).name
+        try:
+            check_model_name(name)  # it is addressed in URLs (/models/NAME/reload): refused, never mangled
+        except ArtifactError as exc:
+            raise ArtifactError(f"{d}: {exc}") from None
         if any(name == n for n, _, _ in out):
             raise ArtifactError(f"two models are named {name!r} ({d}); rename one when converting")
         out.append((name, Path(d), manifest))
@@ -132,6 +137,13 @@ class ModelEntry:
         self.check_count(len(sentences))
         use_eos = engine.defaults["eos"] if eos is None else eos
         seqs = engine.token_ids(sentences, pretokenized=pretokenized, eos=use_eos)
+        return self._within_max_tokens(seqs, eos=use_eos, truncate=truncate, keep_end=keep_end), use_eos
+
+    def _within_max_tokens(
+        self, seqs: list[_T], *, eos: bool, truncate: bool, keep_end: bool = False
+    ) -> list[_T]:
+        """The one place ``max_tokens`` is enforced (``/encode`` and every route that encodes text, and
+        ``/tokenize``): a longer sequence is refused, or cut with ``truncate`` (keeping eos last)."""
         limit = self.settings.max_tokens
         for i, seq in enumerate(seqs):
             if len(seq) <= limit:
@@ -142,10 +154,10 @@ class ModelEntry:
                     "send truncate: true to cut it"
                 )
             if keep_end:
-                seqs[i] = seq[-limit:]  # eos, when on, is among the last tokens
+                seqs[i] = seq[-limit:]  # type: ignore[assignment]  # eos, when on, is among the last tokens
             else:
-                seqs[i] = seq[: limit - 1] + seq[-1:] if use_eos else seq[:limit]  # keep eos last
-        return seqs, use_eos
+                seqs[i] = seq[: limit - 1] + seq[-1:] if eos else seq[:limit]  # type: ignore[assignment]
+        return seqs
 
     async def prepare_async(
         self,
@@ -163,15 +175,20 @@ class ModelEntry:
             return self.prepare(sentences, **kwargs)
         return await asyncio.to_thread(functools.partial(self.prepare, sentences, **kwargs))
 
-    def tokenize(self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None) -> dict[str, Any]:
-        """``POST /tokenize``: each sentence's tokens and ids as ``prepare`` would look them up (no limit
-        on tokens: a user asks precisely to see a long sentence), unknown words marked."""
+    def tokenize(
+        self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None, truncate: bool = False
+    ) -> dict[str, Any]:
+        """``POST /tokenize``: each sentence's tokens and ids as ``prepare`` would look them up, within the
+        same limits (``max_sentences``, ``max_tokens``: refused, or cut with ``truncate``, exactly as
+        ``/encode`` cuts it), unknown words marked. The answer grows with the tokens (each is echoed back):
+        without the limits one body of a million tokens made a 40 MB answer."""
         engine = self._engine()
         self.check_count(len(sentences))
         use_eos = engine.defaults["eos"] if eos is None else eos
         unk = engine.vocab.unk
         out = []
-        for pairs in engine.tokenize(sentences, pretokenized=pretokenized, eos=use_eos):
+        found = engine.tokenize(sentences, pretokenized=pretokenized, eos=use_eos)
+        for pairs in self._within_max_tokens(list(found), eos=use_eos, truncate=truncate):
             tokens = [{"token": t, "id": i, "unknown": unk is not None and i == unk} for t, i in pairs]
             n_unk = sum(1 for t in tokens if t["unknown"])
             out.append({"tokens": tokens, "token_count": len(tokens), "unk_count": n_unk})

@@ -24,6 +24,8 @@ from safetensors.numpy import load_file, save_file
 
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
 from lnserve.converters.hashing import sha256_file, sha256_unchanged_file
+from lnserve.converters.storage import out_of_space_reported
+from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -40,8 +42,23 @@ _HASH_ON_LOAD_LIMIT = 256 << 20  # files larger than this (word tables) are chec
 
 def model_name(out: Path, name: str | None = None) -> str:
     """The one naming rule for converted, pulled and trained models: ``name`` if given, else the artifact
-    directory's own name (what the server falls back to when a manifest has no name)."""
-    return name or Path(os.path.abspath(out)).name
+    directory's own name (what the server falls back to when a manifest has no name).
+
+    Raises:
+        ArtifactError: the name cannot be one URL path segment (``/models/NAME/reload``).
+    """
+    chosen = name or Path(os.path.abspath(out)).name
+    check_model_name(chosen)
+    return chosen
+
+
+def check_model_name(name: str) -> str:
+    """``name`` if it can be addressed as one URL path segment (``converters.url_segment``), else
+    ArtifactError."""
+    fault = segment_fault(name) if name else "it is empty"
+    if fault is not None:
+        raise ArtifactError(f"bad model name {name!r}: {fault}; a model name must be {SEGMENT_RULE}")
+    return name
 
 
 @contextmanager
@@ -72,9 +89,20 @@ def staging_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
 
 def write_json(path: Path, obj: Any) -> None:
     """Write via a temporary file and a rename, so a manifest being rewritten is never seen half-written."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(json_bytes(obj))
-    os.replace(tmp, path)
+    write_replacing(path, json_bytes(obj))
+
+
+def write_replacing(dest: Path, data: bytes) -> None:
+    """Write ``dest`` via a temporary file and a rename; a failed write (e.g. a full disk: StorageFullError
+    naming ``dest``) leaves neither a half-written ``dest`` nor the temporary file."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    try:
+        with out_of_space_reported(str(dest)):
+            tmp.write_bytes(data)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # What a model's vectors depend on, besides the files: manifest sections and option keys. Everything else
@@ -150,9 +178,7 @@ def add_files(
     for rel, data in files:
         dest = path / rel
         dest.parent.mkdir(exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
+        write_replacing(dest, data)
         recorded[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     manifest["files"] = recorded
     manifest.update(sections)

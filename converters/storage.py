@@ -14,14 +14,26 @@ from lnserve.converters.errors import StorageFullError
 
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _QUOTED_OS_ERROR = re.compile(r"os error (\d+)")
+# SQLite's write failures that it reports as I/O errors even when the cause is a full disk: sizing the
+# shared-memory index of a WAL database (done by every connection that opens one, readers too) or a write
+# that failed part-way. They mean "full" only when the file system is (nearly) full: see ``_nearly_full``.
+_SQLITE_WRITE_IOERRS = frozenset({778, 1034, 1546, 4874})  # IOERR_WRITE, _FSYNC, _TRUNCATE, _SHMSIZE
+_NEARLY_FULL_BYTES = 1 << 20
 
 
-def storage_full(exc: BaseException, where: str) -> StorageFullError | None:
-    """``StorageFullError`` naming ``where`` when ``exc`` is a failed write for lack of space, else None."""
-    if (
-        isinstance(exc, sqlite3.OperationalError)
-        and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
-    ):
+def storage_full(
+    exc: BaseException, where: str, path: str | os.PathLike[str] | None = None
+) -> StorageFullError | None:
+    """``StorageFullError`` naming ``where`` when ``exc`` is a failed write for lack of space, else None.
+    ``path``: where the write went, for SQLite's I/O errors, which carry no errno (a full disk when the file
+    system holding ``path`` has under 1 MiB free)."""
+    code_sqlite = (
+        getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.OperationalError) else None
+    )
+    sqlite_full = code_sqlite == sqlite3.SQLITE_FULL or (
+        code_sqlite in _SQLITE_WRITE_IOERRS and path is not None and _nearly_full(path)
+    )
+    if sqlite_full:
         reason = "database or disk is full"
     else:
         code = exc.errno if isinstance(exc, OSError) else None
@@ -35,13 +47,21 @@ def storage_full(exc: BaseException, where: str) -> StorageFullError | None:
     )
 
 
+def _nearly_full(path: str | os.PathLike[str]) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < _NEARLY_FULL_BYTES
+
+
 @contextlib.contextmanager
-def out_of_space_reported(where: str) -> Iterator[None]:
-    """Re-raise an out-of-space failure inside the block as ``StorageFullError`` naming ``where``; any other
-    error passes unchanged."""
+def out_of_space_reported(where: str, path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Re-raise an out-of-space failure inside the block as ``StorageFullError`` naming ``where`` (``path``:
+    where the block writes, see ``storage_full``); any other error passes unchanged."""
     try:
         yield
     except (OSError, sqlite3.OperationalError) as exc:
-        if (full := storage_full(exc, where)) is not None:
+        if (full := storage_full(exc, where, path)) is not None:
             raise full from None
         raise

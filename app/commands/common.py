@@ -15,6 +15,7 @@ import typer
 
 from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.converters.errors import UserInputError
+from lnserve.converters.storage import storage_full
 
 if TYPE_CHECKING:  # rich loads only when a command draws progress
     from rich.progress import Progress, ProgressColumn
@@ -123,7 +124,12 @@ def save_text(path: Path, text: str, flag: str) -> None:
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], object], flag: str) -> None:
     """Write through a temporary file beside ``path`` and a rename. The file gets the usual permissions
-    (0666 less the umask), not mkstemp's 0600, so other users and services can read what was written."""
+    (0666 less the umask), not mkstemp's 0600, so other users and services can read what was written.
+
+    Raises:
+        StorageFullError: out of space (disk, quota, file-size limit). UserInputError: any other failure
+        (permissions, a read-only file system...).
+    """
     check_output(path, flag)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
@@ -133,6 +139,8 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], object], flag: str) -> 
             write(f)
         os.replace(tmp, path)
     except OSError as exc:
+        if (full := storage_full(exc, f"{flag} {path}")) is not None:
+            raise full from None  # not the caller's mistake: exit 1, as every full disk
         raise UserInputError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
     finally:
         if os.path.lexists(tmp):

@@ -33,8 +33,9 @@ def convert_order_embedding(
     from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 
     check_output_dir(out)
+    chosen = model_name(out, name)  # a bad name fails before the checkpoint is read
     model = read_order_embedding(prefix, cell=cell)
-    manifest = write_order_embedding(model, out, name=model_name(out, name), overwrite=force)
+    manifest = write_order_embedding(model, out, name=chosen, overwrite=force)
     typer.echo(f"converted {prefix} ({manifest['cell']}, dim {manifest['dims']['dim']}) -> {out}")
 
 
@@ -58,6 +59,7 @@ def convert_skip_thoughts_cmd(
     from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
     check_output_dir(out)
+    chosen = model_name(out, name)  # a bad name fails before the tables are read
     with stderr_progress(TaskProgressColumn()) as bar:
         tasks: dict[str, int] = {}
 
@@ -71,7 +73,7 @@ def convert_skip_thoughts_cmd(
             bi=bi,
             tables=tables,
             out=out,
-            name=model_name(out, name),
+            name=chosen,
             cell=cell,
             progress=progress,
             overwrite=force,

@@ -84,7 +84,7 @@ def build(
     store = _store(galleries_dir)
     kind = "captions" if texts is not None else "images"
     info = store.create(name, kind=kind, model=ref, exist_ok=append)
-    first = info.count
+    first = store.next_numbered_id(name)  # not info.count: after a deletion that number is taken
     with progress_bar(f"gallery {name}: encoding {kind}", n) as advance:
         for start in range(0, n, batch_size):
             stop = min(n, start + batch_size)

@@ -147,6 +147,7 @@ def train_order_embedding(
     check_output_dir(out)
     if out.exists() and any(out.iterdir()) and not force:
         raise UserInputError(f"{out}: output directory exists and is not empty (use --force to replace it)")
+    chosen = model_name(out, name)  # a bad name fails before training, not after it
     cfg = TrainConfig(
         cell=cell,
         init=init,
@@ -182,7 +183,7 @@ def train_order_embedding(
         result,
         trainer,
         out,
-        name=model_name(out, name),
+        name=chosen,
         data=data_label,
         demo=demo,
         description=DEMO_DESCRIPTION if demo else f"trained by lnserve on {data_label}",

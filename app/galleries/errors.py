@@ -8,6 +8,7 @@ UserInputError
     ├── DuplicateItemError     (duplicate_item)     id already present (or repeated in one batch)
     ├── GalleryMismatchError   (gallery_mismatch)   wrong model or item kind for this gallery
     └── GalleryInputError      (invalid_input)      bad name, vector shape, k, payload
+        └── InvalidItemIdError (invalid_item_id)    an id no URL path segment can address
 LnserveError
 └── GalleryCorruptError     (gallery_corrupt)    the gallery's files are damaged: it is quarantined
                                                  (CLI exit 2; ``lnserve gallery check / repair``)
@@ -58,6 +59,13 @@ class GalleryInputError(GalleryError):
     """A gallery name, vector, payload or k is malformed or out of range."""
 
     code = "invalid_input"
+
+
+class InvalidItemIdError(GalleryInputError):
+    """An item id that cannot be addressed as one URL path segment (``.``, ``..``, ``/``...): refused on
+    add, since ``/galleries/NAME/items/..`` would address the gallery itself."""
+
+    code = "invalid_item_id"
 
 
 class GalleryCorruptError(LnserveError):

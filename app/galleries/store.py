@@ -56,12 +56,15 @@ from lnserve.app.galleries.errors import (
     GalleryInputError,
     GalleryMismatchError,
     GalleryNotFoundError,
+    InvalidItemIdError,
     ItemNotFoundError,
 )
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
 from lnserve.converters.artifact import FAMILIES
-from lnserve.converters.storage import out_of_space_reported
+from lnserve.converters.errors import StorageFullError
+from lnserve.converters.storage import out_of_space_reported, storage_full
+from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 
 log = logging.getLogger("lnserve.galleries")
 
@@ -202,13 +205,29 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def _out_of_space_reported(method: _Method) -> _Method:
-    """A write that runs out of space raises ``StorageFullError`` naming the gallery (HTTP 507), not a bare
-    OSError: nothing acknowledged is lost (vectors are appended past the acknowledged end and committed
-    after their fsync), and the next write cuts the unacknowledged tail."""
+    """A use that runs out of space raises ``StorageFullError`` naming the gallery (HTTP 507), not a bare
+    OSError or SQLite's "disk I/O error": nothing acknowledged is lost (vectors are appended past the
+    acknowledged end and committed after their fsync; a failed append cuts its tail at once). Every write
+    path has it, and so do reads: SQLite writes a WAL index file to open a database, even to read it."""
 
     @functools.wraps(method)
     def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
-        with out_of_space_reported(f"gallery {name!r}"):
+        with out_of_space_reported(f"gallery {name!r}", self.root):
+            return method(self, name, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+def _removal_reported(method: _Method) -> _Method:
+    """A use that loses the race with a removal (``DELETE /galleries/NAME``, ``lnserve gallery rm``) raises
+    ``GalleryNotFoundError``: its files vanish mid-use, which would otherwise read as damage (a missing lock
+    or vector file: a false ``gallery_corrupt``) or as an I/O error (SQLite opening the WAL of a renamed
+    database). The gallery's directory is identified when the use starts: if it is gone, replaced or (made
+    meanwhile) new when the use fails, the failure is the race's, never reported as anything else."""
+
+    @functools.wraps(method)
+    def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
+        with self._removal_is_not_found(name):
             return method(self, name, *args, **kwargs)
 
     return checked  # type: ignore[return-value]
@@ -286,6 +305,8 @@ class GalleryStore:
         self._adopt_identity(name, info, model)
         return info
 
+    @_out_of_space_reported
+    @_removal_reported
     def get(self, name: str) -> GalleryInfo:
         """The gallery's identity and live item count.
 
@@ -301,13 +322,15 @@ class GalleryStore:
         out: list[GalleryEntry] = []
         for name in self._names():
             try:
-                with self._db(name) as db:
+                with self._removal_is_not_found(name), self._db(name) as db:
                     out.append(self._open(name, db, scan=False).info)
             except GalleryNotFoundError:
                 continue  # removed meanwhile
             except GalleryCorruptError as exc:
                 out.append(CorruptGallery(name, exc.reason, self._readable_info(name)))
             except (OSError, sqlite3.Error) as exc:  # e.g. permissions: not servable either
+                if (full := storage_full(exc, f"gallery {name!r}", self.root)) is not None:
+                    raise full from None  # SQLite cannot open a database on a full disk: not damage
                 out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
         return out
 
@@ -317,15 +340,19 @@ class GalleryStore:
         out: list[GalleryEntry] = []
         for name in self._names():
             try:
-                out.append(self.verify(name))
+                out.append(self.verify(name))  # a gallery removed meanwhile: GalleryNotFoundError
             except GalleryNotFoundError:
                 continue
             except GalleryCorruptError as exc:
                 out.append(CorruptGallery(name, exc.reason, self._readable_info(name)))
+            except StorageFullError as exc:  # not damage: verified at its next use, once there is room
+                log.warning("gallery %s: not verified now: %s", name, exc)
             except (OSError, sqlite3.Error) as exc:
                 out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
         return out
 
+    @_out_of_space_reported
+    @_removal_reported
     def verify(self, name: str) -> GalleryInfo:
         """Check a gallery in full (files, counters, every acknowledged row against its checksum) and record
         the checksums of rows written before checksums existed (trusted on first use, once verified finite).
@@ -347,6 +374,8 @@ class GalleryStore:
                 self._record_legacy(name, db, state)
             return state.info
 
+    @_out_of_space_reported
+    @_removal_reported
     def check(self, name: str) -> CheckReport:
         """Verify a gallery in full without changing it (``lnserve gallery check``); rows without checksums
         are checked for finite values only.
@@ -385,6 +414,8 @@ class GalleryStore:
         )
         return report, info
 
+    @_out_of_space_reported
+    @_removal_reported
     def repair(self, name: str, *, dry_run: bool = False) -> RepairReport:
         """Cut a damaged gallery back to its last consistent acknowledged state (``lnserve gallery
         repair``): keep the rows before the first fault, drop the items stored at or after it, recreate a
@@ -439,6 +470,7 @@ class GalleryStore:
         self._forget(name)
         return report
 
+    @_out_of_space_reported
     def remove(self, name: str) -> None:
         """Delete a gallery and its files (a damaged one too); ``DELETE /galleries/NAME`` and ``lnserve
         gallery rm`` both come here. Crash-safe: one atomic rename to ``.NAME.removed-*`` (made durable) takes
@@ -479,6 +511,7 @@ class GalleryStore:
 
     # -- items --------------------------------------------------------------------------------------------
     @_out_of_space_reported
+    @_removal_reported
     def add_items(
         self,
         name: str,
@@ -504,7 +537,7 @@ class GalleryStore:
         self._check_model(name, info, kind=kind, model=model)
         vecs = _as_matrix(vectors, info.dim, what="item vectors", limit=None)
         n = vecs.shape[0]
-        ids = [new_item_id() for _ in range(n)] if ids is None else [_check_id(i) for i in ids]
+        ids = [new_item_id() for _ in range(n)] if ids is None else [check_item_id(i) for i in ids]
         payload_json = [None] * n if payloads is None else [_dump_payload(p) for p in payloads]
         if len(ids) != n or len(payload_json) != n:
             raise GalleryInputError(f"{n} vectors but {len(ids)} ids and {len(payload_json)} payloads")
@@ -553,11 +586,33 @@ class GalleryStore:
             if size < end:
                 raise GalleryCorruptError(name, _short_reason(size, end))
             f.truncate(end)
-            f.seek(end)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            fd, view, done = f.fileno(), memoryview(data), 0
+            try:  # unbuffered: nothing is left in a buffer to be written again when the file closes
+                while done < len(view):
+                    done += os.pwrite(fd, view[done:], end + done)
+                os.fsync(fd)
+            except OSError:  # e.g. out of space: give back what the failed write took, at once
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, end)
+                raise
 
+    @_out_of_space_reported
+    @_removal_reported
+    def next_numbered_id(self, name: str) -> int:
+        """The first free number for items numbered ``0, 1, 2...`` (``gallery build`` without ids): past every
+        row ever acknowledged (deleted items' rows included) and past every live all-digit id, so numbering
+        never collides after deletions, nor with digit ids added over HTTP."""
+        with self._db(name) as db:
+            state = self._open(name, db, scan=False)
+            row = db.execute(
+                "SELECT max(CAST(id AS INTEGER)) FROM items "
+                "WHERE id NOT GLOB '*[^0-9]*' AND length(id) BETWEEN 1 AND 18"
+            ).fetchone()
+        high = row[0] if row is not None and isinstance(row[0], int) else -1
+        return max(state.n_rows, high + 1)
+
+    @_out_of_space_reported
+    @_removal_reported
     def delete_item(self, name: str, item_id: str) -> None:
         """Tombstone one item. Raises ItemNotFoundError, GalleryNotFoundError, GalleryCorruptError."""
         with self._write_lock(name), self._db(name) as db:
@@ -570,6 +625,8 @@ class GalleryStore:
             db.execute("UPDATE counters SET value = value + 1 WHERE key = 'n_deleted'")
             db.execute("COMMIT")
 
+    @_out_of_space_reported
+    @_removal_reported
     def get_item(self, name: str, item_id: str, *, with_vector: bool = False) -> dict[str, Any]:
         """``{id, payload}`` (+ ``vector`` as float32 array) of one live item. Raises ItemNotFoundError,
         GalleryCorruptError."""
@@ -626,6 +683,8 @@ class GalleryStore:
         """
         return self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=False)
 
+    @_out_of_space_reported
+    @_removal_reported
     def _search(
         self,
         name: str,
@@ -890,6 +949,27 @@ class GalleryStore:
         check_gallery_name(name)
         return self.root / name
 
+    def _dir_id(self, name: str) -> tuple[int, int] | None:
+        """(st_dev, st_ino) of the gallery's directory; None when absent (or the name is invalid)."""
+        if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+            return None
+        try:
+            st = os.stat(self.root / name)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    @contextlib.contextmanager
+    def _removal_is_not_found(self, name: str) -> Iterator[None]:
+        """See ``_removal_reported``."""
+        before = self._dir_id(name)
+        try:
+            yield
+        except (GalleryCorruptError, OSError, sqlite3.Error):
+            if self._dir_id(name) == before:  # None == None: absent throughout, the use's own answer
+                raise
+            raise GalleryNotFoundError(f"no gallery named {name!r} (it was removed meanwhile)") from None
+
     def _gallery_lock(self, name: str) -> threading.RLock:
         with self._locks_lock:
             return self._locks.setdefault(name, threading.RLock())
@@ -931,6 +1011,8 @@ class GalleryStore:
             raise GalleryNotFoundError(f"no gallery named {name!r}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # per open file description: excludes other threads too
+            if not _same_file(fd, path):  # removed (or removed and made anew) while this waited
+                raise GalleryNotFoundError(f"no gallery named {name!r} (it was removed meanwhile)")
             yield
         finally:
             os.close(fd)
@@ -1084,6 +1166,16 @@ def _existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> list[str]:
     return taken
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -1099,13 +1191,30 @@ def check_gallery_name(name: Any) -> str:
     return name
 
 
-def _check_id(item_id: Any) -> str:
+ITEM_ID_RULE = f"1-256 characters, {SEGMENT_RULE}"
+
+
+def check_item_id(item_id: Any) -> str:
+    """The id as stored, if a new item may take it: the one rule (store, HTTP route, CLI). An id must be
+    addressable as one URL path segment (``/galleries/NAME/items/ID``); items stored before this rule with
+    other ids stay reachable by ``?id=`` (``GET`` / ``DELETE /galleries/NAME/items?id=...``).
+
+    Raises:
+        GalleryInputError: not a string. InvalidItemIdError: empty, too long, not valid Unicode, or not
+        addressable in a URL path.
+    """
     if isinstance(item_id, bool) or not isinstance(item_id, str | int):
         raise GalleryInputError(f"item ids must be strings, got {type(item_id).__name__}")
     s = str(item_id)
     if not 1 <= len(s) <= 256:
-        raise GalleryInputError(f"item ids must be 1-256 characters, got {len(s)}")
-    _require_utf8(s, "item ids")
+        raise InvalidItemIdError(f"item ids must be 1-256 characters, got {len(s)}")
+    try:
+        _require_utf8(s, "item ids")
+    except GalleryInputError as exc:
+        raise InvalidItemIdError(str(exc)) from None
+    fault = segment_fault(s)
+    if fault is not None:
+        raise InvalidItemIdError(f"bad item id {s!r:.80}: {fault}; use {ITEM_ID_RULE}")
     return s
 
 
@@ -1202,6 +1311,7 @@ def _query_side(info: GalleryInfo, query_kind: str) -> Side:
 __all__ = [
     "GALLERY_NAME_PATTERN",
     "GALLERY_NAME_RULE",
+    "ITEM_ID_RULE",
     "KINDS",
     "MAX_K",
     "MAX_QUERIES",
@@ -1214,6 +1324,7 @@ __all__ = [
     "RepairReport",
     "check_gallery_name",
     "check_image_query",
+    "check_item_id",
     "default_root",
     "new_item_id",
     "same_model",

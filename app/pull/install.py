@@ -70,6 +70,7 @@ def pull(
     if out.exists() and not overwrite and any(out.iterdir()):
         raise ArtifactError(f"{out}: already exists (use --force to replace it)")
     _check_overrides(entry, options.sha256)
+    model_name(out)  # a directory name no URL can address fails before any download
     root.mkdir(parents=True, exist_ok=True)
     with _workdir(root, entry) as work:
         if from_dir is None:

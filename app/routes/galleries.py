@@ -7,9 +7,9 @@ that leaves no trace of the batch (``lnserve.app.galleries.store``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
@@ -17,7 +17,7 @@ from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.errors import TooManySentencesError
 from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.galleries.store import new_item_id
+from lnserve.app.galleries.store import ITEM_ID_RULE, check_item_id, new_item_id
 from lnserve.app.routes.gallery_helpers import encode_inputs, model_for, warm_scorer
 from lnserve.app.schemas import ErrorBody
 from lnserve.app.schemas.retrieval import (
@@ -75,6 +75,7 @@ async def add_items(
 ) -> ItemsAdded:
     """Encode items with the gallery's model and add them atomically (all or none); returns their ids."""
     TooManySentencesError.check(len(body.items), settings.max_sentences)
+    ids = [check_item_id(it.id) if it.id is not None else new_item_id() for it in body.items]  # pre-encoding
     info = await run_in_threadpool(store.get, name)
     wanted = "text" if info.kind == "captions" else "image"
     wrong = next((i for i, it in enumerate(body.items) if getattr(it, wanted) is None), None)
@@ -87,7 +88,6 @@ async def add_items(
         request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
     )
     vectors = text_vecs if text_vecs is not None else image_vecs
-    ids = [it.id if it.id is not None else new_item_id() for it in body.items]
     payloads = [
         it.payload if "payload" in it.model_fields_set or it.text is None else {"text": it.text}
         for it in body.items
@@ -101,11 +101,35 @@ async def add_items(
     return ItemsAdded(gallery=name, ids=added, count=count)
 
 
+ItemIdQuery = Annotated[
+    str,
+    Query(
+        alias="id",
+        min_length=1,
+        max_length=256,
+        description="The item's id, percent-encoded. Any id: this form also reaches ids stored before new "
+        f"ids had to be {ITEM_ID_RULE}, which no path segment can address.",
+    ),
+]
+
+
+@router.get("/{name}/items", response_model=ItemOut, responses={404: {"model": ErrorBody}})
+async def get_item_by_query(name: str, item_id: ItemIdQuery, store: GalleriesDep) -> JSONResponse:
+    """One live item's id and payload, the id given as ``?id=``."""
+    return await run_in_threadpool(lambda: JSONResponse(store.get_item(name, item_id)))  # payload: any size
+
+
+@router.delete("/{name}/items", status_code=204, responses={404: {"model": ErrorBody}})
+async def delete_item_by_query(name: str, item_id: ItemIdQuery, store: GalleriesDep) -> Response:
+    """Delete one item, the id given as ``?id=``."""
+    await run_in_threadpool(store.delete_item, name, item_id)
+    return Response(status_code=204)
+
+
 @router.get("/{name}/items/{item_id}", response_model=ItemOut)
 async def get_item(name: str, item_id: str, store: GalleriesDep) -> JSONResponse:
     """One live item's id and payload."""
-    item = await run_in_threadpool(store.get_item, name, item_id)
-    return JSONResponse(item)
+    return await run_in_threadpool(lambda: JSONResponse(store.get_item(name, item_id)))  # payload: any size
 
 
 @router.delete("/{name}/items/{item_id}", status_code=204, responses={404: {"model": ErrorBody}})

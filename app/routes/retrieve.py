@@ -56,14 +56,14 @@ async def retrieve(
     ref = entry.model_ref() if entry is not None else None
     found = await run_in_threadpool(_search, store, info.name, vectors, kinds, body.k, ref)
     results: list[Any] = found["results"]
-    return JSONResponse(
-        {
-            "gallery": info.name,
-            "model": entry.name if entry is not None else info.model,
-            "score": found["score"],
-            "results": results[0] if body.query is not None else results,
-        }
-    )
+    answer = {
+        "gallery": info.name,
+        "model": entry.name if entry is not None else info.model,
+        "score": found["score"],
+        "results": results[0] if body.query is not None else results,
+    }
+    # written in a thread: queries x k hits, each with its payload (any JSON), can make megabytes
+    return await run_in_threadpool(JSONResponse, answer)
 
 
 async def _query_vectors(

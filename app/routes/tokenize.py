@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+import orjson
 from fastapi import APIRouter
+from starlette.responses import Response
 
 from lnserve.app.body_parsing import OffloadedBodyRoute
 from lnserve.app.deps import RegistryDep
-from lnserve.app.registry import INLINE_TOKENIZE_CHARS
+from lnserve.app.registry import INLINE_TOKENIZE_CHARS, ModelEntry
 from lnserve.app.schemas.features import TokenizeRequest, TokenizeResponse
 
 router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/tokenize", response_model=TokenizeResponse)
-async def tokenize(body: TokenizeRequest, registry: RegistryDep) -> dict[str, Any]:
-    """Tokenise as ``/encode`` would (same tokenizer, vocabulary and eos), without running the model: shows
-    which words the model does not know (they all take one UNK vector)."""
+async def tokenize(body: TokenizeRequest, registry: RegistryDep) -> Response:
+    """Tokenise as ``/encode`` would (same tokenizer, vocabulary, eos and limits), without running the model:
+    shows which words the model does not know (they all take one UNK vector)."""
     entry = registry.get(body.model)
-    args = (body.sentences,)
-    kwargs = {"pretokenized": body.pretokenized, "eos": body.eos}
     if sum(map(len, body.sentences)) <= INLINE_TOKENIZE_CHARS:
-        return entry.tokenize(*args, **kwargs)
-    return await asyncio.to_thread(entry.tokenize, *args, **kwargs)  # megabytes never stall the loop
+        content = _answer(entry, body)
+    else:  # megabytes of text never stall the loop: tokenised and written in a thread
+        content = await asyncio.to_thread(_answer, entry, body)
+    return Response(content, media_type="application/json")
+
+
+def _answer(entry: ModelEntry, body: TokenizeRequest) -> bytes:
+    """The response body, written by orjson straight from the token lists: the answer echoes every token, so
+    FastAPI's per-object validation and encoding of it would cost in proportion to the input, on the loop."""
+    out = entry.tokenize(body.sentences, pretokenized=body.pretokenized, eos=body.eos, truncate=body.truncate)
+    return orjson.dumps(out)

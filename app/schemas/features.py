@@ -12,9 +12,14 @@ class TokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = ModelName
-    sentences: list[str] = Field(min_length=1, description="Sentences to tokenise, in order.")
+    sentences: list[str] = Field(
+        min_length=1, description="Sentences to tokenise, in order; at most max_sentences (see /info)."
+    )
     pretokenized: bool = Pretokenized
     eos: bool | None = Eos
+    truncate: bool = Field(
+        False, description="Cut sentences over max_tokens (as /encode does) instead of refusing them."
+    )
 
 
 class Token(BaseModel):

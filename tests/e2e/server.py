@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,9 +44,15 @@ class LiveServer:
 
 
 def start_server(
-    tmp: Path, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True, timeout: float = 120.0
+    tmp: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    wait_ready: bool = True,
+    timeout: float = 120.0,
+    prefix: Sequence[str] = (),
 ) -> LiveServer:
-    """Start ``lnserve serve --port <free>`` with ``args``; settings through ``env`` (LNSERVE_*)."""
+    """Start ``lnserve serve --port <free>`` with ``args``; settings through ``env`` (LNSERVE_*); ``prefix``:
+    a command that runs the server (e.g. in its own mount namespace), ending in its exec."""
     port = free_port()
     log_path = tmp / f"server-{port}.log"
     full_env = {
@@ -57,6 +64,7 @@ def start_server(
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-I",  # only the installed package: the checkout's folders are not top-level imports
                 "-c",

@@ -399,3 +399,56 @@ def test_a_full_disk_during_a_conversion_leaves_nothing_behind(tmp_path: Path) -
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("lnserve: error [storage_full]: ") and len(proc.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # no artifact, no staging directory
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_a_full_disk_on_every_output_is_storage_full(
+    cmd: str, model: Path, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Every command's output file on a full disk is one storage_full line and exit 1, as gallery build
+    reports it (encode --output said invalid_input, exit 2), and leaves no partial output behind."""
+    out = tmp_path / "out" / ("o.json" if cmd == "eval" else "o.npy")
+    proc = _cli_on_a_full_disk(100, *_writes(cmd, model, inputs, out))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (  # after any notes about the input
+        f"lnserve: error [storage_full]: {'--json' if cmd == 'eval' else '--output'} {out}: File too large; "
+        "the write was abandoned (nothing of it is kept), free space and retry"
+    )
+    assert list(out.parent.iterdir()) == []
+
+
+def test_a_full_disk_on_standard_output_is_storage_full(model: Path, tmp_path: Path) -> None:
+    """Results printed into a file (``lnserve ... > out``) on a full disk: one storage_full line, exit 1,
+    not Python's "Exception ignored" and exit 120 when the output is flushed at exit. (Run buffered, as
+    by default: with PYTHONUNBUFFERED Python itself drops the rest of a short write to stdout silently.)"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with (tmp_path / "listing").open("wb") as stdout:
+        proc = subprocess.run(
+            [*CLI, "info", str(model), "--json"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            preexec_fn=_with_file_size_limit(10),
+            env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "lnserve: error [storage_full]: writing the output: File too large; the write was abandoned "
+        "(nothing of it is kept), free space and retry"
+    ]
+
+
+def test_a_full_disk_during_export_leaves_the_artifact_as_it_was(model: Path, tmp_path: Path) -> None:
+    """``lnserve export`` writes graphs into the artifact: on a full disk one storage_full line naming the
+    file, exit 1, no temporary file left in it, the manifest unchanged; with room it exports."""
+    art = tmp_path / "oe"
+    shutil.copytree(model, art)
+    manifest = (art / "manifest.json").read_bytes()
+    proc = _cli_on_a_full_disk(2000, "export", str(art))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(f"lnserve: error [storage_full]: {art / 'onnx'}/")
+    assert [p.name for p in art.rglob("*") if p.name.endswith(".tmp")] == []
+    assert (art / "manifest.json").read_bytes() == manifest
+    run_cli("export", str(art), check=True)
+    assert "onnx" in json.loads((art / "manifest.json").read_text())

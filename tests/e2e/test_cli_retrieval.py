@@ -80,3 +80,44 @@ def test_gallery_build_refuses_a_name_with_a_trailing_newline(
     assert proc.returncode == 2 and "[invalid_input]" in proc.stderr and "bad gallery name" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not root.exists() or not any("\n" in p.name for p in root.iterdir())
+
+
+def test_gallery_build_append_after_deletions(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    """``--append`` numbered new items from the live count, so after any deletion the new ids collided
+    (duplicate_item) for good: numbers now continue past every row ever stored and every all-digit id."""
+    from lnserve.app.galleries.store import GalleryStore
+
+    root = tmp_path / "galleries"
+    model = str(artifacts["oe_order_gru"])
+    caps = tmp_path / "caps.txt"
+    caps.write_text("a dog\na cat\na red car\n", "utf-8")
+    build = [
+        "gallery",
+        "build",
+        "caps",
+        "--model",
+        model,
+        "--captions",
+        str(caps),
+        "--galleries-dir",
+        str(root),
+    ]
+    run_cli(*build, check=True)
+    store = GalleryStore(root, scorer="numpy")
+    store.delete_item("caps", "1")
+    store.delete_item("caps", "2")  # the last one too: its number is not handed out again either
+    run_cli(*build, "--append", check=True)
+    ids = [f"{i}" for i in (0, 3, 4, 5)]
+    assert [store.get_item("caps", i)["payload"]["text"] for i in ids] == [
+        "a dog",
+        "a dog",
+        "a cat",
+        "a red car",
+    ]
+    assert store.get("caps").count == 4
+    # an all-digit id from elsewhere (e.g. added over HTTP) past the numbers: numbering continues after it
+    vec = store.get_item("caps", "0", with_vector=True)["vector"]
+    store.add_items("caps", vec[None, :], ids=["41"], payloads=[None])
+    run_cli(*build, "--append", check=True)
+    assert store.get_item("caps", "42")["payload"] == {"text": "a dog"}
+    assert store.get("caps").count == 8

@@ -85,6 +85,7 @@ class Block:
 
 # -- reading the README --------------------------------------------------------------------------------
 def readme_blocks(page: Path = README) -> list[Block]:
+    """The ```bash blocks of the README (or of another Markdown page written the same way)."""
     blocks: list[Block] = []
     heading, inside, lines = "", False, []
     for line in page.read_text(encoding="utf-8").splitlines():

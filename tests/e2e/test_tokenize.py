@@ -69,3 +69,43 @@ def test_tokenize_both_families_match_encode(artifacts: dict[str, Path], tmp_pat
             assert c.get("/health").status_code == 200
     finally:
         server.stop()
+
+
+def test_tokenize_has_the_limits_of_encode(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    """One long sentence took 15 s and answered 41.6 MB (every token echoed): /tokenize now refuses what
+    /encode refuses (max_tokens, max_sentences, in bodies of any size) and cuts with truncate exactly as
+    /encode cuts."""
+    server = start_server(
+        tmp_path,
+        "--models",
+        str(artifacts[OE]),
+        env={"LNSERVE_MAX_TOKENS": "16", "LNSERVE_MAX_SENTENCES": "4"},
+    )
+    try:
+        with httpx.Client(base_url=server.url, timeout=120) as c:
+            for words in (17, 400_000):  # just over the limit; a 1.6 MB body (parsed off the loop)
+                long = " ".join(["dog"] * words)
+                for pretok in (False, True):
+                    r = c.post("/tokenize", json={"model": OE, "sentences": [long], "pretokenized": pretok})
+                    assert r.status_code == 422 and r.json()["error"]["code"] == "sentence_too_long", r.text[
+                        :300
+                    ]
+                    assert len(r.content) < 1000
+                r = c.post("/tokenize", json={"model": OE, "sentences": ["a", long], "truncate": True})
+                assert r.status_code == 200, r.text[:300]
+                sents = r.json()["sentences"]
+                enc = c.post("/encode", json={"model": OE, "sentences": ["a", long], "truncate": True}).json()
+                assert (
+                    [s["token_count"] for s in sents]
+                    == enc["token_counts"]
+                    == [len(s["tokens"]) for s in sents]
+                )
+                assert sents[1]["token_count"] == 16
+            big = ["a dog " * 3000] * 5  # 90 kB: the worker process applies max_sentences
+            r = c.post("/tokenize", json={"model": OE, "sentences": big})
+            assert r.status_code == 422 and r.json()["error"]["code"] == "too_many_sentences", r.text[:300]
+            r = c.post("/tokenize", json={"model": OE, "sentences": ["a dog"] * 5})
+            assert r.status_code == 422 and r.json()["error"]["code"] == "too_many_sentences"
+            assert c.get("/health").status_code == 200
+    finally:
+        server.stop()
