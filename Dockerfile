@@ -51,7 +51,7 @@ RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST P
         eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
     done \
     && pip install --no-cache-dir --no-deps . \
-    && python3 -c "from lnserve.app.runtime import fused_op; assert fused_op.library_path().is_file(), 'fused op not built'"
+    && python3 -I -c "from lnserve.app.runtime import fused_op; assert fused_op.library_path().is_file(), 'fused op not built'"
 
 # --- runtime: the same base, the venv, a non-root user ------------------------------------------------
 FROM ${BASE} AS runtime
