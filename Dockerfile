@@ -5,10 +5,10 @@
 # No `# syntax=` line: nothing here needs a frontend image from a registry, so the build works offline.
 ARG BASE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 
-# --- build: a virtual environment with lnserve and its dependencies -----------------------------------
-# g++ builds the fused LN-GRU step (an onnxruntime custom-op library, app/runtime/fused_op); only this stage
-# has it, the runtime stage gets the built library inside the venv.
-FROM ${BASE} AS build
+# --- deps: a virtual environment with lnserve's dependencies (a layer that code changes leave cached) -----
+# g++ builds the fused LN-GRU step (an onnxruntime custom-op library, app/runtime/fused_op) in the next
+# stage; only these stages have it, the runtime stage gets the built library.
+FROM ${BASE} AS deps
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -26,11 +26,11 @@ ARG PIP_EXTRA_INDEX_URL
 ARG PIP_FIND_LINKS
 ARG PIP_TRUSTED_HOST
 ARG PIP_CERT
-# docker/pip/ (wheels, a CA bundle; empty in git) reaches only this stage, never the image
+# docker/pip/ (wheels, a CA bundle; empty in git) reaches the build stages only, never the image
 COPY docker/pip /pip
 WORKDIR /src
-# The dependencies first, in their own layer: a change to lnserve's code reinstalls lnserve only.
 COPY pyproject.toml ./
+# lnserve itself goes to /opt/lnserve (next stage), which lnserve.pth puts on the venv's path
 RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST PIP_CERT; do \
         eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
     done \
@@ -41,7 +41,17 @@ RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST P
     esac \
     && python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > /tmp/requirements.txt \
     && pip install --no-cache-dir "$@" -r /tmp/requirements.txt \
-    && python3 -c "import torch; assert not torch.version.cuda, 'a CUDA torch: set TORCH_SOURCE to CPU wheels'"
+    && python3 -c "import torch; assert not torch.version.cuda, 'a CUDA torch: set TORCH_SOURCE to CPU wheels'" \
+    && python3 -c "import sysconfig; open(sysconfig.get_path('purelib') + '/lnserve.pth', 'w').write('/opt/lnserve\n')"
+
+# --- build: lnserve and its fused op, into /opt/lnserve ---------------------------------------------
+FROM deps AS build
+# build arguments are per stage: pip's again (setuptools, lnserve's build backend, comes from the index)
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_TRUSTED_HOST
+ARG PIP_CERT
 COPY setup.py README.md ./
 COPY lnserve ./lnserve
 COPY models ./models
@@ -50,7 +60,7 @@ COPY app ./app
 RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST PIP_CERT; do \
         eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
     done \
-    && pip install --no-cache-dir --no-deps . \
+    && pip install --no-cache-dir --no-deps --target /opt/lnserve . \
     && python3 -I -c "from lnserve.app.runtime import fused_op; assert fused_op.library_path().is_file(), 'fused op not built'"
 
 # --- runtime: the same base, the venv, a non-root user ------------------------------------------------
@@ -64,9 +74,10 @@ RUN apt-get update \
     && useradd --system --uid 10001 --gid lnserve --create-home --home-dir /home/lnserve lnserve \
     && mkdir -p /models /data \
     && chown 10001:10001 /models /data
-COPY --from=build /opt/venv /opt/venv
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=build /opt/lnserve /opt/lnserve
 # LNSERVE_DEMO_IF_EMPTY: an empty /models volume serves the embedded demo model (and logs so), not a crash loop
-ENV PATH=/opt/venv/bin:$PATH \
+ENV PATH=/opt/lnserve/bin:/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     LNSERVE_HOST=0.0.0.0 \
     LNSERVE_PORT=8000 \

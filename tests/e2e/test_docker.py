@@ -185,6 +185,7 @@ def test_the_container_turns_healthy_and_serves_as_a_user_that_is_not_root(stack
     assert set(uids) == {str(UID)}, uids  # the server process itself (pid 1), every uid of it
     models = httpx.get(stack.url + "/models", timeout=10).json()
     assert [m["name"] for m in models["models"]] == [MODEL], models
+    assert models["models"][0]["graph"] == "fused", models  # the image built the fused op and it self-checked
 
 
 def test_encode_in_the_container_matches_the_local_server(
