@@ -77,8 +77,19 @@ def engine() -> Engine:
 @pytest.fixture(scope="module")
 def image(engine: Engine) -> str:
     """``docker build`` as docs/docker.md says, with the build arguments CI (or the user) gives."""
-    args = [f"--build-arg={word}" for word in shlex.split(os.environ.get(BUILD_ARGS_ENV, ""))]
-    _run(engine.docker, "build", "--tag", IMAGE, *args, str(ROOT), timeout=BUILD_TIMEOUT_S)
+    given = os.environ.get(BUILD_ARGS_ENV)
+    args = [f"--build-arg={word}" for word in shlex.split(given or "")]
+    cmd = (engine.docker, "build", "--tag", IMAGE, *args, str(ROOT))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    hint = (
+        ""
+        if given
+        else (
+            f"\n{BUILD_ARGS_ENV} is not set: the defaults need Docker Hub (BASE) and download.pytorch.org "
+            f'(TORCH_SOURCE); without them: {BUILD_ARGS_ENV}="$(.ci/docker-setup)" (docs/docker.md)'
+        )
+    )
+    assert proc.returncode == 0, f"docker build failed:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}{hint}"
     return IMAGE
 
 
