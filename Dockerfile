@@ -1,13 +1,14 @@
-# syntax=docker/dockerfile:1
-# lnserve GPU image. The PyPI onnxruntime-gpu wheels (1.2x/1.3x) are built for CUDA 13 and cuDNN 9, which this
-# base provides; override BASE to match a different onnxruntime-gpu build (e.g. a CUDA 12 one).
-# Build: docker build -t lnserve .   Run: see docker-compose.yml (models are mounted at /models).
+# lnserve image. The default base serves GPU hosts: the PyPI onnxruntime-gpu wheels (1.2x/1.3x) are built for
+# CUDA 13 and cuDNN 9, which it provides (override BASE to match another onnxruntime-gpu build). On a CPU host
+# any Debian/Ubuntu base with python3 >= 3.11 in apt does, e.g. one made offline with debootstrap.
+# Build: docker build -t lnserve .   Run: docker compose up   (see docs/docker.md for every build argument)
+# No `# syntax=` line: nothing here needs a frontend image from a registry, so the build works offline.
 ARG BASE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 
-# --- build: a virtual environment with lnserve and its dependencies -----------------------------------
-# g++ builds the fused LN-GRU step (an onnxruntime custom-op library, app/runtime/fused_op); only this stage
-# has it, the runtime stage gets the built library inside the venv.
-FROM ${BASE} AS build
+# --- deps: a virtual environment with lnserve's dependencies (a layer that code changes leave cached) -----
+# g++ builds the fused LN-GRU step (an onnxruntime custom-op library, app/runtime/fused_op) in the next
+# stage; only these stages have it, the runtime stage gets the built library.
+FROM ${BASE} AS deps
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -15,14 +16,52 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
+# Where torch comes from: an index URL (default: the CPU wheels; torch only runs the reference backend, GPU
+# inference is onnxruntime-gpu) or a folder of wheels (find-links), e.g. /pip/wheels from docker/pip/.
+ARG TORCH_SOURCE=https://download.pytorch.org/whl/cpu
+# pip's own settings, passed through when given (pip reads them from the environment): a mirror, more
+# indexes, a wheel folder, hosts without TLS, and a CA bundle where the network re-signs TLS (/pip/ca.crt).
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_TRUSTED_HOST
+ARG PIP_CERT
+# docker/pip/ (wheels, a CA bundle; empty in git) reaches the build stages only, never the image
+COPY docker/pip /pip
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml ./
+# lnserve itself goes to /opt/lnserve (next stage), which lnserve.pth puts on the venv's path
+RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST PIP_CERT; do \
+        eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
+    done \
+    && case "$TORCH_SOURCE" in \
+        "") set -- ;; \
+        http://*|https://*|file://*) set -- --extra-index-url "$TORCH_SOURCE" ;; \
+        *) set -- --find-links "$TORCH_SOURCE" ;; \
+    esac \
+    && python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > /tmp/requirements.txt \
+    && pip install --no-cache-dir "$@" -r /tmp/requirements.txt \
+    && python3 -c "import torch; assert not torch.version.cuda, 'a CUDA torch: set TORCH_SOURCE to CPU wheels'" \
+    && python3 -c "import sysconfig; open(sysconfig.get_path('purelib') + '/lnserve.pth', 'w').write('/opt/lnserve\n')"
+
+# --- build: lnserve and its fused op, into /opt/lnserve ---------------------------------------------
+FROM deps AS build
+# build arguments are per stage: pip's again (setuptools, lnserve's build backend, comes from the index)
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_TRUSTED_HOST
+ARG PIP_CERT
+COPY setup.py README.md ./
 COPY lnserve ./lnserve
 COPY models ./models
 COPY converters ./converters
 COPY app ./app
-# torch only runs the reference backend (the CPU wheel keeps the image small); GPU inference is onnxruntime-gpu
-RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu .
+RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST PIP_CERT; do \
+        eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
+    done \
+    && pip install --no-cache-dir --no-deps --target /opt/lnserve . \
+    && python3 -I -c "from lnserve.app.runtime import fused_op; assert fused_op.library_path().is_file(), 'fused op not built'"
 
 # --- runtime: the same base, the venv, a non-root user ------------------------------------------------
 FROM ${BASE} AS runtime
@@ -35,12 +74,15 @@ RUN apt-get update \
     && useradd --system --uid 10001 --gid lnserve --create-home --home-dir /home/lnserve lnserve \
     && mkdir -p /models /data \
     && chown 10001:10001 /models /data
-COPY --from=build /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=build /opt/lnserve /opt/lnserve
+# LNSERVE_DEMO_IF_EMPTY: an empty /models volume serves the embedded demo model (and logs so), not a crash loop
+ENV PATH=/opt/lnserve/bin:/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     LNSERVE_HOST=0.0.0.0 \
     LNSERVE_PORT=8000 \
     LNSERVE_GALLERIES_DIR=/data/galleries \
+    LNSERVE_DEMO_IF_EMPTY=true \
     NUMBA_CACHE_DIR=/home/lnserve/.cache/numba
 USER 10001:10001
 WORKDIR /home/lnserve

@@ -89,6 +89,28 @@ def _check_aliases(aliases: dict[str, str], names: list[str]) -> None:
             raise InvalidSettingError(f"model alias {alias}={target}: {alias!r} is already a model's name")
 
 
+def demo_if_empty(settings: Settings) -> Settings:
+    """``settings`` without its models when ``demo_if_empty`` is on and every models folder exists but holds
+    no artifact: a container whose /models volume starts empty serves the demo (a warning says so) instead
+    of restarting in a loop. A missing path or a damaged artifact still fails as usual."""
+    if not settings.demo_if_empty or not settings.models:
+        return settings
+    for given in map(Path, settings.models):
+        if (
+            not given.is_dir()
+            or (given / MANIFEST).exists()
+            or any((p / MANIFEST).exists() for p in given.iterdir())
+        ):
+            return settings
+    folders = ", ".join(str(p) for p in settings.models)
+    log.warning(
+        "%s: no model artifacts; serving the embedded demo model instead (LNSERVE_DEMO_IF_EMPTY). "
+        "Put converted artifacts there and restart.",
+        folders,
+    )
+    return settings.model_copy(update={"models": []})
+
+
 def _artifact_dirs(path: Path) -> list[Path]:
     """An artifact directory is itself; a directory of artifacts (a mounted volume) is each of them."""
     if not path.exists():  # a configuration mistake (a typo in --models), not a damaged artifact

@@ -78,6 +78,11 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Other names for served models: ALIAS=MODEL, comma-separated.",
     )
+    demo_if_empty: bool = Field(
+        False,
+        description="When every models folder holds no artifact (a container's fresh /models volume), serve "
+        "the embedded demo model and log so, instead of refusing to start.",
+    )
     backend: str = Field(DEFAULT_BACKEND, description=f"Inference backend: {', '.join(BACKENDS)}.")
     threads: int = Field(default_factory=_default_threads, ge=1, description="Intra-op threads per model.")
     providers: Annotated[list[str], NoDecode] = Field(

@@ -63,7 +63,7 @@ def serve(
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
     from lnserve.app.log_setup import configure_logging
-    from lnserve.app.registry import resolve_model_dirs
+    from lnserve.app.registry import demo_if_empty, resolve_model_dirs
     from lnserve.app.server import serve_app
     from lnserve.app.settings import load_settings
 
@@ -81,6 +81,7 @@ def serve(
     }
     settings = load_settings(overrides)  # a bad value: one line naming the setting, exit 2
     configure_logging(settings.log_level)
+    settings = demo_if_empty(settings)  # an empty /models volume: the demo, with a warning
     resolve_model_dirs(settings)  # a bad directory or name fails here, as a one-line CLI error
     ray_flags = (replicas, min_replicas, max_replicas, address)
     if not ray and (any(f is not None for f in ray_flags) or shards != 1):

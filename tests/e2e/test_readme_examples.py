@@ -55,8 +55,8 @@ EXCLUDED = {
     "is tested against a local HTTP server in tests/e2e/test_pull.py",
     "# needs a Ray cluster or several GPUs": "these run until stopped on hardware the tests lack; "
     "`serve --ray` itself (2 replicas, 2 shards, a local Ray instance) is tested in tests/e2e/test_ray.py",
-    "# needs docker": "no docker daemon in the test environment; the Dockerfile and the compose file are "
-    "checked by tests/e2e/test_deploy_files.py",
+    "# needs docker": "a docker daemon and minutes to build; tests/e2e/test_docker.py builds the image and "
+    "runs it with the compose file (skipped without an engine), tests/e2e/test_deploy_files.py checks both",
 }
 ANY = "\x00any"  # what `...` becomes in an expected output
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from lnserve.app.main import create_app
-from lnserve.app.registry import resolve_model_dirs
+from lnserve.app.registry import demo_if_empty, resolve_model_dirs
 from lnserve.app.routes import ROUTER_MODULES
 from lnserve.app.settings import InvalidSettingError, Settings
 from lnserve.converters.errors import ArtifactError
@@ -70,3 +70,28 @@ def test_model_directories(artifacts: dict[str, Path], tmp_path: Path) -> None:
     assert missing.value.code == "invalid_setting" and missing.value.exit_code == 2
     with pytest.raises(ArtifactError, match="no model artifacts"):
         resolve_model_dirs(Settings(models=[tmp_path]))
+
+
+def test_an_empty_models_folder_serves_the_demo_only_when_asked(
+    artifacts: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LNSERVE_DEMO_IF_EMPTY (set by the image): a fresh, empty /models volume serves the demo and says so;
+    a folder with an artifact, a missing path and the setting off keep their usual answers."""
+    empty = tmp_path / "models"
+    (empty / "lost+found").mkdir(parents=True)  # a fresh volume may hold a folder that is no artifact
+    with caplog.at_level("WARNING", logger="lnserve.registry"):
+        served = demo_if_empty(Settings(models=[empty], demo_if_empty=True))
+    assert served.models == []
+    assert [n for n, _, _ in resolve_model_dirs(served)] == ["demo-lngru"]
+    assert f"{empty}: no model artifacts; serving the embedded demo model" in caplog.text
+    off = Settings(models=[empty])
+    assert demo_if_empty(off) is off
+    with pytest.raises(ArtifactError, match="no model artifacts"):
+        resolve_model_dirs(off)
+    for models in (
+        [artifacts["oe_order_gru"].parent],
+        [empty, artifacts["oe_order_gru"]],
+        [tmp_path / "typo"],
+    ):
+        given = Settings(models=models, demo_if_empty=True)
+        assert demo_if_empty(given) is given
