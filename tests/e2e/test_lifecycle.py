@@ -125,3 +125,49 @@ def _wait_until_in_flight(srv: LiveServer, n: int) -> None:
             return
         time.sleep(0.02)
     pytest.fail(f"never saw {n} requests in flight")
+
+
+def _children(pid: int) -> set[int]:
+    """Live descendants of ``pid`` (from /proc: every thread's children)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = {int(k) for k in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo += sorted(kids - found)
+            found |= kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper is gone for this purpose)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc")
+def test_worker_processes_die_with_a_killed_server(tmp_path: Path) -> None:
+    """kill -9 runs no shutdown: the body-parsing worker (and multiprocessing's resource tracker, which
+    lives while the worker holds its pipe) must still go, within seconds, not run on forever."""
+    server = start_server(tmp_path)
+    try:
+        big = json.dumps({"sentences": ["a red circle on the left"] * 200, "bogus": "x" * 70_000})
+        r = httpx.post(server.url + "/encode", content=big, headers=JSON, timeout=DEADLINE_S)
+        assert r.status_code == 422, r.text  # parsed (and refused) by the worker process
+        workers = _children(server.proc.pid)
+        assert workers, "no worker process was started"
+        server.proc.kill()
+        server.proc.wait(DEADLINE_S)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in workers if _alive(p)], "worker processes outlived the killed server"
+    finally:
+        server.stop()
