@@ -9,6 +9,7 @@ LnserveError
 │   ├── SentenceTooLongError   (sentence_too_long, 422)   more tokens than max_tokens and no truncate
 │   ├── ModelNotFoundError     (model_not_found, 404)     no model of that name
 │   ├── RequestTooLargeError   (request_too_large, 413)   body larger than max_body_bytes
+│   ├── RequestTimeoutError    (request_timeout, 408)     headers / body not in within their deadline
 │   ├── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
 │   ├── InvalidSettingError    (invalid_setting)          serve: a configuration mistake (app.settings)
 │   ├── ModelLoadError         (model_load_failed)        serve: a model cannot load at startup (exit 2)
@@ -93,6 +94,12 @@ class RequestTooLargeError(UserInputError):
     code = "request_too_large"
 
 
+class RequestTimeoutError(UserInputError):
+    """The request's headers or body did not arrive within ``header_timeout_s`` / ``body_timeout_s``."""
+
+    code = "request_timeout"
+
+
 class UnauthorizedError(UserInputError):
     """An API key is configured and the request did not present it."""
 
@@ -112,7 +119,8 @@ class NotReadyError(LnserveError):
 
 
 class OverloadedError(LnserveError):
-    """``max_inflight`` requests are in flight: refused at once, before the body is read (middleware)."""
+    """``max_inflight`` requests are in flight, or this client has ``max_body_reads_per_client`` bodies
+    still arriving: refused at once (middleware)."""
 
     code = "overloaded"
 
@@ -143,6 +151,7 @@ HTTP_STATUSES: dict[str, int] = {
     "duplicate_item": 409,
     "reload_failed": 422,
     "request_too_large": 413,
+    "request_timeout": 408,
     "unsupported_media_type": 415,
     # the service's load and state
     "queue_full": 429,

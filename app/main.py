@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
+from starlette.routing import BaseRoute
 
 from lnserve.app.body_parsing import BodyParser
 from lnserve.app.deps import require_api_key
@@ -137,8 +138,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
     probes: set[str] = set()  # the public routes: never refused by the middleware nor counted in flight
+    routes: list[BaseRoute] = []
     for name in ROUTER_MODULES:
         module = importlib.import_module(f"lnserve.app.routes.{name}")
+        routes += module.router.routes
         public = getattr(module, "PUBLIC", False)
         app.include_router(
             module.router,
@@ -166,5 +169,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         public_paths=frozenset(probes | {d for d in docs if d}),
         probe_paths=frozenset(probes),
         lifecycle=lifecycle,
+        body_timeout_s=settings.body_timeout_s,
+        max_body_reads_per_client=settings.max_body_reads_per_client,
+        routes=routes,
     )
     return app
