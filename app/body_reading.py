@@ -7,8 +7,8 @@ they can still hold is bounded here:
 
 * time: the body must arrive within ``body_timeout_s`` of the headers, else 408 ``request_timeout``;
 * number: one client address (an IPv6 /64) may have at most ``max_body_reads_per_client`` requests whose
-  body is still arriving; one more is 429 ``overloaded``. A body that arrives with its headers (nearly
-  every request) is complete at the first read and never takes one of these;
+  body is still arriving (the server waits for its bytes); one more is 429 ``overloaded``. A body that
+  arrives with its headers (nearly every request) is there at the first read and never takes one;
 * size: ``max_body_bytes`` (413 ``request_too_large``), counted as it arrives (chunked bodies too).
 """
 
@@ -71,7 +71,7 @@ class BodyReader:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     while True:
-                        message: Message = await receive()
+                        message: Message = await self._next(receive, take)
                         if message["type"] == "http.disconnect":
                             raise ClientDisconnect()
                         chunk = message.get("body", b"")
@@ -81,12 +81,25 @@ class BodyReader:
                         chunks.append(chunk)
                         if not message.get("more_body", False):
                             return b"".join(chunks)
-                        take()
             except TimeoutError:
                 raise RequestTimeoutError(
                     f"the request body did not arrive within {self.timeout_s:g} s (body_timeout_s); "
                     f"{size} bytes came"
                 ) from None
+
+    @staticmethod
+    async def _next(receive: Receive, take: Callable[[], None]) -> Message:
+        """The next message; a read that has to wait for the client first ``take``s a slot. (What has
+        arrived is there at once: a body sent with its headers never waits, so never takes one.)"""
+        pending = asyncio.ensure_future(receive())
+        await asyncio.sleep(0)  # the read runs up to its first wait
+        if not pending.done():
+            try:
+                take()
+            except BaseException:
+                pending.cancel()
+                raise
+        return await pending
 
     @contextmanager
     def _slot(self, scope: Scope) -> Iterator[Callable[[], None]]:

@@ -119,12 +119,19 @@ class RequestContextMiddleware:
                 return
             if counted:  # the whole body first: only then does the request take a slot
                 try:
-                    body = await self.bodies.read(scope, receive)
+                    async with self.lifecycle.cut_at_drain_deadline() as cut:
+                        body = await self.bodies.read(scope, receive)
                 except ClientDisconnect:  # gone while its body was read: nobody to answer, nothing to log
                     out.status = 499
                     return
                 except LnserveError as exc:  # its body is unread: the connection cannot carry on
                     await self._refuse(exc, scope, receive, out)
+                    return
+                except TimeoutError:
+                    if not cut.expired():
+                        raise
+                    msg = "the server is shutting down: the drain timeout ended before the body came"
+                    await self._refuse(ShuttingDownError(msg), scope, receive, out)
                     return
                 refusal = self._overloaded(rid)
                 if refusal is not None:

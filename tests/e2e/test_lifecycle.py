@@ -70,11 +70,12 @@ def test_a_model_that_cannot_be_built_at_startup_stops_the_server_with_exit_2(tm
 
 
 def test_requests_cut_by_the_drain_deadline_get_a_json_503_and_the_process_exits(tmp_path: Path) -> None:
-    """50 requests in flight at SIGTERM with a 2 s drain timeout: 40 clients still sending their body and
-    10 requests queued behind a 6 s batching wait. None can finish in time."""
+    """50 requests at SIGTERM with a 2 s drain timeout: 40 clients still sending their body (not in flight
+    yet) and 10 requests queued behind a 6 s batching wait. None can finish in time."""
     drain_s = 2.0
     env = {"LNSERVE_DRAIN_TIMEOUT_S": str(drain_s), "LNSERVE_MAX_WAIT_MS": "6000"}
-    env["LNSERVE_MAX_INFLIGHT"] = "64"  # all 50 admitted
+    env["LNSERVE_MAX_INFLIGHT"] = "64"  # all 10 admitted
+    env["LNSERVE_MAX_BODY_READS_PER_CLIENT"] = "0"  # all 40 bodies awaited
     srv = start_server(tmp_path, env=env, timeout=120)
     body = json.dumps({"sentences": ["a red circle on the left"]}).encode()
     slow = [RawConnection(srv.url, timeout=DEADLINE_S) for _ in range(40)]
@@ -92,7 +93,7 @@ def test_requests_cut_by_the_drain_deadline_get_a_json_503_and_the_process_exits
             conn.send_head("POST", "/encode", {"Content-Type": "application/json"}, len(body))
         for t in senders:
             t.start()
-        _wait_until_in_flight(srv, 50)
+        _wait_until_in_flight(srv, 10, bodies=40)
         signalled = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         cut: list[RawResponse] = [conn.read_response() for conn in slow]
@@ -117,14 +118,18 @@ def test_requests_cut_by_the_drain_deadline_get_a_json_503_and_the_process_exits
     assert '"msg": "shut down"' in srv.log()
 
 
-def _wait_until_in_flight(srv: LiveServer, n: int) -> None:
+def _wait_until_in_flight(srv: LiveServer, n: int, *, bodies: int) -> None:
+    """``n`` requests in flight and ``bodies`` more whose body the server awaits."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
         text = httpx.get(srv.url + "/metrics", timeout=10).text
-        if f"lnserve_inflight_requests {float(n)}" in text:
+        if (
+            f"lnserve_inflight_requests {float(n)}" in text
+            and f"lnserve_bodies_arriving {float(bodies)}" in text
+        ):
             return
         time.sleep(0.02)
-    pytest.fail(f"never saw {n} requests in flight")
+    pytest.fail(f"never saw {n} requests in flight and {bodies} bodies arriving")
 
 
 def _children(pid: int) -> set[int]:
