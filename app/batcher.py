@@ -205,6 +205,10 @@ class MicroBatcher:
         if self._task is not None:
             await asyncio.wait({self._task})  # a collector that died has already failed its jobs
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        # nothing runs any more: let go of the model (``run_batch`` closes over it), so that a closed
+        # batcher someone still holds does not keep a reloaded model's old version in memory
+        self._run_batch = None
+        self._task = None
 
     # -- internals ----------------------------------------------------------------------------------
     def _collector_done(self, task: asyncio.Task[None]) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,6 +41,25 @@ class ReloadFailedError(LnserveError):
     """``POST /models/NAME/reload`` could not load, check or warm the new version: the old one serves on."""
 
     code = "reload_failed"
+
+
+class ModelRenamedError(LnserveError):
+    """The new version's manifest names the model differently: a served model keeps its name (clients
+    address it by name) until a restart, so the reload is refused and the old version serves on."""
+
+    code = "model_renamed"
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~/:])/(?:[^/\s'\"(),:;]+/)+([^/\s'\"(),:;]*)")
+
+
+def public_reason(text: str, directory: Path) -> str:
+    """``text`` (an error message) with no server path in it: files of the model's ``directory`` are named
+    relative to it, any other absolute path by its last part. Reload answers go to clients, who have no
+    business learning where the server keeps its models."""
+    for root in dict.fromkeys((str(directory.resolve()), str(directory.absolute()), str(directory))):
+        text = text.replace(root + "/", "").replace(root, "<model directory>")
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(1) or "<path>", text)
 
 
 def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, Any]]]:
@@ -225,7 +246,16 @@ def _engine_runner(engine: Engine, batch_size: int, entry: ModelEntry):  # type:
 
     A job with a row that has no finite vector gets its own ``EncodeInputError`` (naming its row); the
     other jobs of the group keep their vectors. An engine failure that is not the input's fault marks the
-    model failed before it propagates."""
+    model failed before it propagates.
+
+    The entry is held weakly: it owns the batcher that holds this function, and a strong reference would
+    make a cycle that only a full garbage-collector pass frees (each reload kept its old version, engine
+    and weights included, for as long as that took: 12 reloads of a 57 MB model, RSS 290 MB -> 2.1 GB)."""
+    entry_ref = weakref.ref(entry)
+
+    def fail(reason: str) -> None:
+        if (owner := entry_ref()) is not None:
+            owner.fail(reason)
 
     def run(key: Hashable, payloads: list[Any]) -> list[np.ndarray | Exception]:
         assert isinstance(key, tuple)
@@ -239,7 +269,7 @@ def _engine_runner(engine: Engine, batch_size: int, entry: ModelEntry):  # type:
         except UserInputError:
             raise
         except Exception as exc:
-            entry.fail(f"run time: {describe_error(exc)}")
+            fail(f"run time: {describe_error(exc)}")
             raise
         parts = np.split(vectors, np.cumsum([len(p) for p in payloads])[:-1])
         return [_finite_or_error(part, what) for part in parts]
@@ -410,7 +440,19 @@ class ModelRegistry:
             if not isinstance(manifest, dict):
                 raise ArtifactError(f"{MANIFEST} is not a JSON object")
         except (OSError, ValueError, ArtifactError) as exc:
-            raise ReloadFailedError(f"model {old.name!r}: {old.path}: not a model artifact ({exc})") from None
+            reason = f"{MANIFEST}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+            raise ReloadFailedError(
+                f"model {old.name!r}: not a model artifact ({public_reason(reason, old.path)}); "
+                "the old version serves on"
+            ) from None
+        renamed = str(manifest.get("name") or old.path.name)
+        if renamed != old.name:
+            raise ModelRenamedError(
+                f"model {old.name!r}: the new version's {MANIFEST} names it {renamed!r}; a served model "
+                f"keeps its name (requests, galleries and the default model refer to it), so it was not "
+                f"reloaded and the old version serves on: restore the name, or restart to serve it as "
+                f"{renamed!r}"
+            )
         batcher = MicroBatcher(
             name=old.name,
             limits=old.batcher.limits,
@@ -425,7 +467,8 @@ class ModelRegistry:
             await batcher.close()
             log.warning("reload of model %s failed, the old version serves on: %s", old.name, exc)
             raise ReloadFailedError(
-                f"model {old.name!r} was not reloaded, the old version serves on: {describe_error(exc)}"
+                f"model {old.name!r} was not reloaded, the old version serves on: "
+                f"{public_reason(describe_error(exc), old.path)}"
             ) from None
         return new
 

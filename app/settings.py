@@ -86,6 +86,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     api_key: SecretStr | None = Field(None, description="If set, `Authorization: Bearer <key>` is required.")
+    reload_without_key: bool = Field(
+        False,
+        description="Allow POST /models/NAME/reload (an admin action: each reload loads a model) when no "
+        "api_key is set; otherwise it is refused with 403 reload_disabled.",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     drain_timeout_s: float = Field(30.0, ge=0, description="SIGTERM: seconds to finish in-flight requests.")
     header_timeout_s: float = Field(

@@ -355,8 +355,10 @@ def _is_serve_block(block: Block) -> bool:
 # -- tests ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """What the README tells the reader to start first: `lnserve serve`, the demo model and its gallery."""
-    srv = start_server(tmp_path_factory.mktemp("readme-demo"))
+    """What the README tells the reader to start first: `lnserve serve`, the demo model and its gallery
+    (with reload allowed without a key, as the reload example says)."""
+    env = {"LNSERVE_RELOAD_WITHOUT_KEY": "true"}
+    srv = start_server(tmp_path_factory.mktemp("readme-demo"), env=env)
     yield srv
     srv.stop()
 
