@@ -84,13 +84,14 @@ class RequestContextMiddleware:
         body_timeout_s: float = 30.0,
         max_body_reads_per_client: int = 8,
         routes: Sequence[BaseRoute] = (),
+        public_prefixes: tuple[str, ...] = (),
     ) -> None:
         """``routes``: the app's routes, to name the route of a request answered before the app ran."""
         self.app, self.metrics, self.max_body, self.log_access = app, metrics, max_body_bytes, log_access
         self.max_inflight, self.retry_after = max_inflight, retry_after_s
         self.key = api_key
         self.public, self.probes, self.lifecycle = public_paths, probe_paths, lifecycle
-        self.routes = routes
+        self.routes, self.public_prefixes = routes, public_prefixes
         self.bodies = BodyReader(
             max_bytes=max_body_bytes,
             timeout_s=body_timeout_s,
@@ -220,7 +221,10 @@ class RequestContextMiddleware:
 
     def _key_refused(self, scope: Scope) -> bool:
         """An API key is configured and this request (not public, not a CORS preflight) lacks it."""
-        if self.key is None or scope["path"] in self.public or scope["method"] == "OPTIONS":
+        path = scope["path"]
+        if self.key is None or path in self.public or path.startswith(self.public_prefixes):
+            return False
+        if scope["method"] == "OPTIONS":
             return False
         return not key_matches(_bearer_token(scope), self.key)
 
