@@ -319,8 +319,13 @@ class ModelRegistry:
         return bool(self.entries) and all(e.state == "ready" for e in self.entries.values())
 
     def failures(self) -> dict[str, str]:
-        """Models that failed to load or at run time, with why (``/health`` reports them)."""
-        return {n: e.error or "failed" for n, e in self.entries.items() if e.state == "failed"}
+        """Models that failed to load or at run time, with why (``/health``, which is public, reports them:
+        no server path in the reason; the log has the full one)."""
+        return {
+            n: public_reason(e.error or "failed", e.path)
+            for n, e in self.entries.items()
+            if e.state == "failed"
+        }
 
     def get(self, name: str | None) -> ModelEntry:
         """The named model, or the default one for ``None``.
