@@ -7,8 +7,8 @@ they can still hold is bounded here:
 
 * time: the body must arrive within ``body_timeout_s`` of the headers, else 408 ``request_timeout``;
 * number: one client address (an IPv6 /64) may have at most ``max_body_reads_per_client`` requests whose
-  body is still arriving (the server waits for its bytes); one more is 429 ``overloaded``. A body that
-  arrives with its headers (nearly every request) is there at the first read and never takes one;
+  body is still arriving (the server waits for its bytes); one more is 429 ``overloaded`` unless its body
+  is there whole already. A body that arrives with its headers (nearly every request) is read at once;
 * size: ``max_body_bytes`` (413 ``request_too_large``), counted as it arrives (chunked bodies too).
 """
 
@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope
@@ -30,11 +29,15 @@ def client_key(scope: Scope) -> str:
     """Whom a request counts against: its client address; IPv6 addresses by their /64 (one host's block)."""
     client = scope.get("client")
     host = str(client[0]) if client else ""
+    if ":" not in host:  # IPv4 (or a unix socket's name): as is, without the cost of parsing it
+        return host
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return host
     if address.version == 6:
+        if address.ipv4_mapped is not None:  # an IPv4 client of a dual-stack socket
+            return str(address.ipv4_mapped)
         return str(ipaddress.ip_network(f"{address}/64", strict=False))
     return host
 
@@ -62,77 +65,86 @@ class BodyReader:
         Raises:
             RequestTimeoutError: it did not arrive within ``timeout_s``.
             RequestTooLargeError: it is larger than ``max_bytes``.
-            OverloadedError: its client already has ``per_client`` bodies arriving.
+            OverloadedError: its client already has ``per_client`` bodies arriving and this one is not
+                here whole yet.
             ClientDisconnect: the client went away.
         """
+        key = client_key(scope)
+        # A body that is here returns from the first receive() without waiting, so it counts only for
+        # that instant: the count of a client is, in effect, its requests waiting for body bytes. The
+        # costlier check of whether this body would wait is made only for a client at its bound.
+        crowded = bool(self.per_client) and self._reading[key] >= self.per_client
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:  # cheaper than asyncio.timeout on this path, which every request takes
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        self._enter(key)
+        timer = asyncio.get_running_loop().call_later(self.timeout_s, expire)
         chunks: list[bytes] = []
         size = 0
-        with self._slot(scope) as take:
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    while True:
-                        message: Message = await self._next(receive, take)
-                        if message["type"] == "http.disconnect":
-                            raise ClientDisconnect()
-                        chunk = message.get("body", b"")
-                        size += len(chunk)
-                        if size > self.max_bytes:
-                            raise RequestTooLargeError(too_large(self.max_bytes))
-                        chunks.append(chunk)
-                        if not message.get("more_body", False):
-                            return b"".join(chunks)
-            except TimeoutError:
-                raise RequestTimeoutError(
-                    f"the request body did not arrive within {self.timeout_s:g} s (body_timeout_s); "
-                    f"{size} bytes came"
-                ) from None
-
-    @staticmethod
-    async def _next(receive: Receive, take: Callable[[], None]) -> Message:
-        """The next message; a read that has to wait for the client first ``take``s a slot. (What has
-        arrived is there at once: a body sent with its headers never waits, so never takes one.)"""
-        pending = asyncio.ensure_future(receive())
-        await asyncio.sleep(0)  # the read runs up to its first wait
-        if not pending.done():
-            try:
-                take()
-            except BaseException:
-                pending.cancel()
-                raise
-        return await pending
-
-    @contextmanager
-    def _slot(self, scope: Scope) -> Iterator[Callable[[], None]]:
-        """``take()`` marks the body as still arriving (once); the mark is released on exit."""
-        key = client_key(scope)
-        taken = False
-
-        def take() -> None:
-            nonlocal taken
-            if taken:
-                return
-            if self.per_client and self._reading[key] >= self.per_client:
-                raise OverloadedError(
-                    f"{self._reading[key]} requests from this client are still sending their bodies "
-                    f"(max_body_reads_per_client {self.per_client}); retry later"
-                )
-            self._reading[key] += 1
-            self._count(+1)
-            taken = True
-
         try:
-            yield take
+            while True:
+                message: Message = await (self._here_whole(receive, key) if crowded else receive())
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect()
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise RequestTooLargeError(too_large(self.max_bytes))
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            task.uncancel()
+            raise RequestTimeoutError(
+                f"the request body did not arrive within {self.timeout_s:g} s (body_timeout_s); "
+                f"{size} bytes came"
+            ) from None
         finally:
-            if taken:
-                self._reading[key] -= 1
-                if not self._reading[key]:
-                    del self._reading[key]
-                self._count(-1)
+            timer.cancel()
+            self._leave(key)
+
+    async def _here_whole(self, receive: Receive, key: str) -> Message:
+        """The whole body, if it is here already; else (its client is at its bound) OverloadedError."""
+        pending = asyncio.ensure_future(receive())
+        await asyncio.sleep(0)  # the read runs up to its first wait, if it has one
+        if pending.done() and not pending.result().get("more_body", False):
+            return pending.result()
+        pending.cancel()
+        raise OverloadedError(
+            f"{self._reading[key] - 1} requests from this client are still sending their bodies "
+            f"(max_body_reads_per_client {self.per_client}); retry later"
+        )
+
+    def _enter(self, key: str) -> None:
+        self._reading[key] += 1
+        self._count(+1)
+
+    def _leave(self, key: str) -> None:
+        self._reading[key] -= 1
+        if not self._reading[key]:
+            del self._reading[key]
+        self._count(-1)
 
     def _count(self, delta: int) -> None:
         self.arriving += delta
         if self._on_change is not None:
             self._on_change(self.arriving)
+
+
+def has_body(scope: Scope) -> bool:
+    """The request declares a body: a Content-Length other than 0, or a Transfer-Encoding."""
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b"")):
+            return True
+    return False
 
 
 def too_large(max_bytes: int) -> str:

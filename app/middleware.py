@@ -28,7 +28,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lnserve.app.api_key import key_matches
-from lnserve.app.body_reading import BodyReader, replay, too_large
+from lnserve.app.body_reading import BodyReader, has_body, replay, too_large
 from lnserve.app.errors import (
     OverloadedError,
     RequestTooLargeError,
@@ -118,7 +118,7 @@ class RequestContextMiddleware:
             if refusal is not None:
                 await refusal(scope, receive, out)
                 return
-            if counted:  # the whole body first: only then does the request take a slot
+            if counted and has_body(scope):  # the whole body first: only then does it take a slot
                 try:
                     async with self.lifecycle.cut_at_drain_deadline() as cut:
                         body = await self.bodies.read(scope, receive)
