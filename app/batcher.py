@@ -274,7 +274,7 @@ class MicroBatcher:
         await self._wait_until(self._jobs[0].enqueued + self.limits.max_wait_s, lambda: False)
         if self._in_flight is None or self.limits.inflight_wait_s <= 0 or not self._jobs:
             return
-        # requests the server holds that are not queued here: bodies being read, handlers before their
+        # requests the server holds that are not queued here: bodies being parsed, handlers before their
         # submit, and those just answered whose (closed-loop) clients are about to send again. Only for a
         # small batch (under max_batch_size / 16 rows, 4 by default), where a model call's fixed cost
         # weighs most (300 -> 1024 LN-GRU, 1 thread: 3.2 ms for 1 row, 6.8 ms for 4, 12.7 ms for 8);
