@@ -42,6 +42,9 @@ from lnserve.converters.errors import LnserveError
 log = logging.getLogger("lnserve.batcher")
 
 RunBatch = Callable[[Hashable, list[Any]], Sequence[Any]]
+# queue times and deadlines: monotonic and sub-microsecond. Not the event loop's clock: uvloop's ``time()``
+# has whole milliseconds, so every X-Queue-Time-Ms read 0.000 or 1.000 and deadlines were cut to the ms
+now = time.perf_counter
 
 
 class QueueFullError(LnserveError):
@@ -96,10 +99,10 @@ class _Job:
     payload: Any
     rows: int
     tokens: int
-    enqueued: float
+    enqueued: float  # ``now()`` when queued
     future: asyncio.Future[Any] = field(repr=False)
     deadline_s: float | None = None  # longest queue wait before it is dropped
-    started: float = 0.0  # loop time its batch started
+    started: float = 0.0  # ``now()`` when its batch started
     inference_s: float = 0.0  # its model call's duration
     batch_rows: int = 0  # rows in its model call
 
@@ -182,7 +185,7 @@ class MicroBatcher:
                 retry_after=self.limits.retry_after_s,
             )
         loop = asyncio.get_running_loop()
-        job = _Job(key, payload, rows, tokens, loop.time(), loop.create_future())
+        job = _Job(key, payload, rows, tokens, now(), loop.create_future())
         job.deadline_s = request_deadline_s(self.limits.deadline_s)
         self._jobs.append(job)
         self._account(job, +1)
@@ -202,6 +205,10 @@ class MicroBatcher:
         if self._task is not None:
             await asyncio.wait({self._task})  # a collector that died has already failed its jobs
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        # nothing runs any more: let go of the model (``run_batch`` closes over it), so that a closed
+        # batcher someone still holds does not keep a reloaded model's old version in memory
+        self._run_batch = None
+        self._task = None
 
     # -- internals ----------------------------------------------------------------------------------
     def _collector_done(self, task: asyncio.Task[None]) -> None:
@@ -264,11 +271,10 @@ class MicroBatcher:
             self._taken = []
 
     async def _wait_for_company(self) -> None:
-        loop = asyncio.get_running_loop()
         await self._wait_until(self._jobs[0].enqueued + self.limits.max_wait_s, lambda: False)
         if self._in_flight is None or self.limits.inflight_wait_s <= 0 or not self._jobs:
             return
-        # requests the server holds that are not queued here: bodies being read, handlers before their
+        # requests the server holds that are not queued here: bodies being parsed, handlers before their
         # submit, and those just answered whose (closed-loop) clients are about to send again. Only for a
         # small batch (under max_batch_size / 16 rows, 4 by default), where a model call's fixed cost
         # weighs most (300 -> 1024 LN-GRU, 1 thread: 3.2 ms for 1 row, 6.8 ms for 4, 12.7 ms for 8);
@@ -278,15 +284,14 @@ class MicroBatcher:
         target = max(len(self._jobs), min(self._in_flight(), small))
         if target > len(self._jobs) and self._pending_rows < small:
             await self._wait_until(
-                loop.time() + self.limits.inflight_wait_s,
+                now() + self.limits.inflight_wait_s,
                 lambda: len(self._jobs) >= target or self._pending_rows >= small,
             )
 
     async def _wait_until(self, deadline: float, enough: Callable[[], bool]) -> None:
-        """Until ``deadline`` (loop time), a full batch, ``enough()`` or close, woken by each new job."""
-        loop = asyncio.get_running_loop()
+        """Until ``deadline`` (``now()``), a full batch, ``enough()`` or close, woken by each new job."""
         while self._jobs and not self._full() and not self._closing and not enough():
-            remaining = deadline - loop.time()
+            remaining = deadline - now()
             if remaining <= 0:
                 return
             self._wakeup.clear()
@@ -320,7 +325,7 @@ class MicroBatcher:
         """Drop a job that waited past its deadline (it never takes a batch slot): its caller gets 504."""
         if job.deadline_s is None:
             return False
-        waited = asyncio.get_running_loop().time() - job.enqueued
+        waited = now() - job.enqueued
         if waited <= job.deadline_s:
             return False
         job.future.set_exception(
@@ -337,16 +342,16 @@ class MicroBatcher:
     async def _run(self, batch: list[_Job]) -> None:
         """Run one batch; every job's future is resolved when this returns, whatever happened."""
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        started = now()
         for job in batch:
-            job.started = now
+            job.started = started
         try:
             if self._observer:
                 self._observer.batch(
                     self.name,
                     sum(j.rows for j in batch),
                     sum(j.tokens for j in batch),
-                    [now - j.enqueued for j in batch],
+                    [started - j.enqueued for j in batch],
                 )
             groups: dict[Hashable, list[_Job]] = {}
             for job in batch:

@@ -15,16 +15,22 @@ that every body, whatever its size, is read by the same parser: pydantic's refus
 (422 ``invalid_request``) where ``json.loads`` would let through text no response can be encoded with.
 
 One worker bounds the CPU that large bodies can take; they queue behind each other, and the number of
-requests in flight is bounded by ``max_inflight``.
+requests in flight is bounded by ``max_inflight``. The worker dies with the server, even one killed with
+SIGKILL (parent-death signal), so it never outlives it holding memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import multiprocessing
+import os
 import re
 import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -45,6 +51,7 @@ from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.body")
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 INLINE_PARSE_BYTES = 64 * 1024  # measured: ~1 ms to parse inline; a 64 KiB body of tiny rows ~7 ms
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a UTF-16 surrogate, maybe unpaired
 
@@ -97,10 +104,40 @@ def _validated(model: type[BaseModel], raw: bytes, max_items: int) -> BaseModel:
     return result
 
 
-def _worker_init() -> None:
-    """The worker leaves signals to the server, which shuts it down when it exits."""
+def _worker_init(parent: int) -> None:
+    """The worker dies with the server: a server killed with SIGKILL never runs its shutdown, and a worker
+    that outlived it (and kept multiprocessing's resource tracker alive) held its memory forever.
+
+    Ctrl-C reaches the whole process group: the worker ignores SIGINT and is stopped by the server's
+    shutdown. SIGTERM keeps its default, so that the worker can be stopped on its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    die_with_parent(parent)
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when ``parent`` exits: the kernel's parent-death signal on Linux, else (or if that
+    fails) a daemon thread that polls the parent's pid once a second."""
+    if not _set_parent_death_signal():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def _set_parent_death_signal() -> bool:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)``: True when the kernel took it (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 class BodyParser:
@@ -112,7 +149,10 @@ class BodyParser:
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init,
+                initargs=(os.getpid(),),
             )
         return self._pool
 

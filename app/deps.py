@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Awaitable
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from lnserve.app.api_key import key_matches
 from lnserve.app.errors import ClientClosedError, UnauthorizedError
 from lnserve.app.galleries.store import GalleryStore
 from lnserve.app.registry import ModelRegistry
@@ -45,9 +45,9 @@ async def require_api_key(
     """Every router but health and metrics depends on this; a no-op when no key is configured."""
     if settings.api_key is None:
         return
-    expected = settings.api_key.get_secret_value().encode()
-    given = credentials.credentials.encode() if credentials else b""
-    if not secrets.compare_digest(given, expected):
+    # Starlette decodes header values as latin-1: encoding them back gives the bytes the client sent
+    given = credentials.credentials.encode("latin-1") if credentials else b""
+    if not key_matches(given, settings.api_key):
         raise UnauthorizedError("missing or wrong API key (send Authorization: Bearer <key>)")
 
 

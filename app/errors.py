@@ -10,7 +10,9 @@ LnserveError
 │   ├── TokenIdsUnsupportedError (token_ids_unsupported, 422) token ids instead of text (/v1/embeddings, TEI)
 │   ├── ModelNotFoundError     (model_not_found, 404)     no model of that name
 │   ├── RequestTooLargeError   (request_too_large, 413)   body larger than max_body_bytes
+│   ├── RequestTimeoutError    (request_timeout, 408)     headers / body not in within their deadline
 │   ├── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
+│   ├── ReloadDisabledError    (reload_disabled, 403)     reload with no API key set (and no opt-in)
 │   ├── InvalidSettingError    (invalid_setting)          serve: a configuration mistake (app.settings)
 │   ├── ModelLoadError         (model_load_failed)        serve: a model cannot load at startup (exit 2)
 │   ├── AddressInUseError      (address_in_use)           serve: the port is taken (exit 2; app.server)
@@ -33,6 +35,7 @@ LnserveError
 ├── ShardUnavailableError      (shard_unavailable, 503)   a Ray gallery shard did not answer (app.scale)
 ├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline: dropped (app.batcher)
 ├── ReloadFailedError          (reload_failed, 422)       the new version failed to load (app.registry)
+├── ModelRenamedError          (model_renamed, 409)       the new version's manifest renames the model
 ├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.batcher)
 ├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
@@ -109,6 +112,19 @@ class RequestTooLargeError(UserInputError):
     code = "request_too_large"
 
 
+class ReloadDisabledError(UserInputError):
+    """A reload was asked of a server with no API key that was not told to allow it (an admin action that
+    anyone could use to make the server load models over and over)."""
+
+    code = "reload_disabled"
+
+
+class RequestTimeoutError(UserInputError):
+    """The request's headers or body did not arrive within ``header_timeout_s`` / ``body_timeout_s``."""
+
+    code = "request_timeout"
+
+
 class UnauthorizedError(UserInputError):
     """An API key is configured and the request did not present it."""
 
@@ -128,7 +144,8 @@ class NotReadyError(LnserveError):
 
 
 class OverloadedError(LnserveError):
-    """``max_inflight`` requests are in flight: refused at once, before the body is read (middleware)."""
+    """``max_inflight`` requests are in flight, or this client has ``max_body_reads_per_client`` bodies
+    still arriving: refused at once (middleware)."""
 
     code = "overloaded"
 
@@ -160,7 +177,10 @@ HTTP_STATUSES: dict[str, int] = {
     "gallery_exists": 409,
     "duplicate_item": 409,
     "reload_failed": 422,
+    "reload_disabled": 403,
+    "model_renamed": 409,
     "request_too_large": 413,
+    "request_timeout": 408,
     "unsupported_media_type": 415,
     # the service's load and state
     "queue_full": 429,

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
+from starlette.routing import BaseRoute, Mount
 
 from lnserve.app.body_parsing import BodyParser
 from lnserve.app.deps import require_api_key
@@ -129,6 +130,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         telemetry=telemetry_config(),
     )
+    # the API's description (the docs pages, their scripts and styles, the schema) is public, with or
+    # without an API key: it is the same for everyone and holds no data, and a browser cannot send a Bearer
+    # key when it opens a page; every operation it describes stays behind the key (Swagger UI's Authorize)
+    described = [route for route in app.routes if hasattr(route, "path")]
+    docs = frozenset(r.path for r in described if not isinstance(r, Mount))
+    docs_prefixes = tuple(r.path + "/" for r in described if isinstance(r, Mount))
     app.state.settings = settings
     app.state.lifecycle = lifecycle = Lifecycle()
     app.state.body_parser = BodyParser()
@@ -137,8 +144,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
     probes: set[str] = set()  # the public routes: never refused by the middleware nor counted in flight
+    routes: list[BaseRoute] = []
     for name in ROUTER_MODULES:
         module = importlib.import_module(f"lnserve.app.routes.{name}")
+        routes += module.router.routes
         public = getattr(module, "PUBLIC", False)
         app.include_router(
             module.router,
@@ -147,7 +156,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         if public:
             probes |= {route.path for route in module.router.routes if hasattr(route, "path")}
-    docs = {app.docs_url, app.redoc_url, app.openapi_url, app.swagger_ui_oauth2_redirect_url}
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -163,8 +171,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_inflight=settings.inflight_limit(),
         retry_after_s=settings.retry_after_s,
         api_key=settings.api_key,
-        public_paths=frozenset(probes | {d for d in docs if d}),
+        public_paths=frozenset(probes | docs),
+        public_prefixes=docs_prefixes,
         probe_paths=frozenset(probes),
         lifecycle=lifecycle,
+        body_timeout_s=settings.body_timeout_s,
+        max_body_reads_per_client=settings.max_body_reads_per_client,
+        routes=routes,
     )
     return app

@@ -55,12 +55,18 @@ class Metrics:
         )
         self.overloaded = Counter(
             "lnserve_overloaded",
-            "Requests refused with 429 before their body was read: max_inflight requests were in flight.",
+            "Requests refused with 429: max_inflight requests were in flight.",
             registry=r,
         )
         self.inflight = Gauge(
             "lnserve_inflight_requests",
             "Requests in flight (health, ready and metrics not counted).",
+            registry=r,
+        )
+        self.bodies_arriving = Gauge(
+            "lnserve_bodies_arriving",
+            "Requests whose body is still arriving (not in flight yet; at most max_body_reads_per_client "
+            "per client address).",
             registry=r,
         )
 

@@ -3,39 +3,45 @@
 Gives each request an id (``X-Request-ID``, echoed back), records metrics by route template and writes one
 JSON access-log line per request. Before a byte of the body is read it refuses, each with its JSON error:
 a draining server (503 ``shutting_down``), a missing or wrong API key (401), a ``Content-Length`` over
-``max_body_bytes`` (413), and more than ``max_inflight`` requests in flight (429 ``overloaded`` with
-``Retry-After``: under overload the requests admitted keep their latency, the rest are told at once).
-``/health``, ``/ready`` and ``/metrics`` are never refused nor counted. While the app runs it limits
-streamed bodies, answers requests still running at the drain deadline with 503 ``shutting_down``, and turns
-an unexpected exception into the JSON 500 without closing the keep-alive connection.
+``max_body_bytes`` (413), and, when ``max_inflight`` requests are already in flight, 429 ``overloaded``
+with ``Retry-After``. Then it reads the whole body (``lnserve.app.body_reading``: within
+``body_timeout_s``, ``max_body_bytes`` and ``max_body_reads_per_client``) and only then admits the request
+into ``max_inflight``: a client that sends a body slowly or never holds no slot. ``/health``, ``/ready``
+and ``/metrics`` are never refused nor counted. While the app runs it answers requests still running at
+the drain deadline with 503 ``shutting_down``, and turns an unexpected exception into the JSON 500 without
+closing the keep-alive connection.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import secrets
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import SecretStr
-from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from lnserve.app.api_key import key_matches
+from lnserve.app.body_reading import BodyReader, has_body, replay, too_large
 from lnserve.app.errors import (
     OverloadedError,
     RequestTooLargeError,
     ShuttingDownError,
     UnauthorizedError,
     error_response,
+    http_status,
 )
 from lnserve.app.lifecycle import Lifecycle
 from lnserve.app.log_setup import ACCESS_LOGGER
 from lnserve.app.metrics import Metrics
 from lnserve.app.timing import RequestTiming, current_timing, parse_timeout_ms
+from lnserve.converters.errors import LnserveError
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("lnserve.errors")
@@ -75,11 +81,23 @@ class RequestContextMiddleware:
         public_paths: frozenset[str],
         probe_paths: frozenset[str],
         lifecycle: Lifecycle,
+        body_timeout_s: float = 30.0,
+        max_body_reads_per_client: int = 8,
+        routes: Sequence[BaseRoute] = (),
+        public_prefixes: tuple[str, ...] = (),
     ) -> None:
+        """``routes``: the app's routes, to name the route of a request answered before the app ran."""
         self.app, self.metrics, self.max_body, self.log_access = app, metrics, max_body_bytes, log_access
         self.max_inflight, self.retry_after = max_inflight, retry_after_s
-        self.key = api_key.get_secret_value().encode() if api_key is not None else None
+        self.key = api_key
         self.public, self.probes, self.lifecycle = public_paths, probe_paths, lifecycle
+        self.routes, self.public_prefixes = routes, public_prefixes
+        self.bodies = BodyReader(
+            max_bytes=max_body_bytes,
+            timeout_s=body_timeout_s,
+            per_client=max_body_reads_per_client,
+            on_change=metrics.bodies_arriving.set,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,6 +118,27 @@ class RequestContextMiddleware:
             if refusal is not None:
                 await refusal(scope, receive, out)
                 return
+            if counted and has_body(scope):  # the whole body first: only then does it take a slot
+                try:
+                    async with self.lifecycle.cut_at_drain_deadline() as cut:
+                        body = await self.bodies.read(scope, receive)
+                except ClientDisconnect:  # gone while its body was read: nobody to answer, nothing to log
+                    out.status = 499
+                    return
+                except LnserveError as exc:  # its body is unread: the connection cannot carry on
+                    await self._refuse(exc, scope, receive, out)
+                    return
+                except TimeoutError:
+                    if not cut.expired():
+                        raise
+                    msg = "the server is shutting down: the drain timeout ended before the body came"
+                    await self._refuse(ShuttingDownError(msg), scope, receive, out)
+                    return
+                refusal = self._overloaded(rid)
+                if refusal is not None:
+                    await refusal(scope, receive, out)
+                    return
+                receive = replay(body, receive)
             self._admit(+1 if counted else 0)
             try:
                 await self._run(scope, receive, out)
@@ -107,7 +146,7 @@ class RequestContextMiddleware:
                 self._admit(-1 if counted else 0)
         finally:
             current_timing.reset(timing_token)
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = self._route_path(scope)
             self._record(scope, rid, route, out.status, time.perf_counter() - start)
             self.metrics.timing(route, timing)
 
@@ -115,7 +154,7 @@ class RequestContextMiddleware:
         """The app, cut at the drain deadline; what escapes it is answered here when nothing was sent yet."""
         try:
             async with self.lifecycle.cut_at_drain_deadline() as cut:
-                await self.app(scope, self._limited(receive), out)
+                await self.app(scope, receive, out)
         except TimeoutError:
             if not cut.expired():
                 raise
@@ -150,39 +189,44 @@ class RequestContextMiddleware:
             return error_response(401, UnauthorizedError.code, msg, request_id=rid, headers=headers)
         length = _content_length(scope)
         if length is not None and length > self.max_body:
-            return error_response(413, RequestTooLargeError.code, self._too_large(), request_id=rid)
+            return error_response(413, RequestTooLargeError.code, too_large(self.max_body), request_id=rid)
+        return self._overloaded(rid) if counted else None
+
+    def _overloaded(self, rid: str) -> Response | None:
+        """429 when ``max_inflight`` requests are in flight: checked when the headers are in (an answer at
+        once, before the body is read) and again when the body is (the request is admitted only then)."""
         inflight = self.lifecycle.inflight
-        if counted and inflight >= self.max_inflight:
-            self.metrics.overloaded.inc()
-            msg = f"{inflight} requests in flight (max_inflight {self.max_inflight}); retry later"
-            headers = {"Retry-After": str(self.retry_after)}
-            return error_response(429, OverloadedError.code, msg, request_id=rid, headers=headers)
-        return None
+        if inflight < self.max_inflight:
+            return None
+        self.metrics.overloaded.inc()
+        msg = f"{inflight} requests in flight (max_inflight {self.max_inflight}); retry later"
+        headers = {"Retry-After": str(self.retry_after)}
+        return error_response(429, OverloadedError.code, msg, request_id=rid, headers=headers)
+
+    async def _refuse(self, exc: LnserveError, scope: Scope, receive: Receive, out: _Sender) -> None:
+        """Answer a request whose body could not be read whole, and close its connection."""
+        headers = dict(_CLOSE)
+        if isinstance(exc, OverloadedError):
+            headers["Retry-After"] = str(self.retry_after)
+        response = error_response(http_status(exc), exc.code, str(exc), request_id=out.rid, headers=headers)
+        await response(scope, receive, out)
+
+    def _route_path(self, scope: Scope) -> str:
+        """The route template for metrics and logs: the router's, or for a request answered here before
+        the app ran (a body too slow, too large), the route it would have reached."""
+        route = scope.get("route")
+        if route is None:
+            route = next((r for r in self.routes if r.matches(scope)[0] == Match.FULL), None)
+        return getattr(route, "path", None) or "unmatched"
 
     def _key_refused(self, scope: Scope) -> bool:
         """An API key is configured and this request (not public, not a CORS preflight) lacks it."""
-        if self.key is None or scope["path"] in self.public or scope["method"] == "OPTIONS":
+        path = scope["path"]
+        if self.key is None or path in self.public or path.startswith(self.public_prefixes):
             return False
-        return not secrets.compare_digest(_bearer_token(scope), self.key)
-
-    def _too_large(self) -> str:
-        return f"request body exceeds {self.max_body} bytes (max_body_bytes)"
-
-    def _limited(self, receive: Receive) -> Receive:
-        """Count streamed (chunked) bodies too: Content-Length may be absent."""
-        seen = 0
-
-        async def wrapped() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_body:
-                    # an HTTPException passes through FastAPI's body parsing untouched (-> 413)
-                    raise HTTPException(status_code=413, detail=self._too_large())
-            return message
-
-        return wrapped
+        if scope["method"] == "OPTIONS":
+            return False
+        return not key_matches(_bearer_token(scope), self.key)
 
     def _record(self, scope: Scope, rid: str, route: str, status: int, seconds: float) -> None:
         self.metrics.request(route, scope["method"], status, seconds)
@@ -217,11 +261,12 @@ def _request_id(scope: Scope) -> str:
 
 
 def _bearer_token(scope: Scope) -> bytes:
-    """The ``Authorization: Bearer`` credentials, parsed as FastAPI's ``HTTPBearer`` does (b"" if none)."""
+    """The ``Authorization: Bearer`` credentials as sent, bytes untouched (b"" if none), split as FastAPI's
+    ``HTTPBearer`` splits them."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.encode() if scheme.lower() == "bearer" else b""
+            scheme, _, token = value.partition(b" ")
+            return token if scheme.lower() == b"bearer" else b""
     return b""
 
 

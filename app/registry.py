@@ -10,7 +10,9 @@ import asyncio
 import functools
 import json
 import logging
+import re
 import time
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +43,25 @@ class ReloadFailedError(LnserveError):
     """``POST /models/NAME/reload`` could not load, check or warm the new version: the old one serves on."""
 
     code = "reload_failed"
+
+
+class ModelRenamedError(LnserveError):
+    """The new version's manifest names the model differently: a served model keeps its name (clients
+    address it by name) until a restart, so the reload is refused and the old version serves on."""
+
+    code = "model_renamed"
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~/:])/(?:[^/\s'\"(),:;]+/)+([^/\s'\"(),:;]*)")
+
+
+def public_reason(text: str, directory: Path) -> str:
+    """``text`` (an error message) with no server path in it: files of the model's ``directory`` are named
+    relative to it, any other absolute path by its last part. Reload answers go to clients, who have no
+    business learning where the server keeps its models."""
+    for root in dict.fromkeys((str(directory.resolve()), str(directory.absolute()), str(directory))):
+        text = text.replace(root + "/", "").replace(root, "<model directory>")
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(1) or "<path>", text)
 
 
 def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, Any]]]:
@@ -292,7 +313,16 @@ def _engine_runner(engine: Engine, batch_size: int, entry: ModelEntry):  # type:
 
     A job with a row that has no finite vector gets its own ``EncodeInputError`` (naming its row); the
     other jobs of the group keep their vectors. An engine failure that is not the input's fault marks the
-    model failed before it propagates."""
+    model failed before it propagates.
+
+    The entry is held weakly: it owns the batcher that holds this function, and a strong reference would
+    make a cycle that only a full garbage-collector pass frees (each reload kept its old version, engine
+    and weights included, for as long as that took: 12 reloads of a 57 MB model, RSS 290 MB -> 2.1 GB)."""
+    entry_ref = weakref.ref(entry)
+
+    def fail(reason: str) -> None:
+        if (owner := entry_ref()) is not None:
+            owner.fail(reason)
 
     def run(key: Hashable, payloads: list[Any]) -> list[np.ndarray | Exception]:
         assert isinstance(key, tuple)
@@ -306,7 +336,7 @@ def _engine_runner(engine: Engine, batch_size: int, entry: ModelEntry):  # type:
         except UserInputError:
             raise
         except Exception as exc:
-            entry.fail(f"run time: {describe_error(exc)}")
+            fail(f"run time: {describe_error(exc)}")
             raise
         parts = np.split(vectors, np.cumsum([len(p) for p in payloads])[:-1])
         return [_finite_or_error(part, what) for part in parts]
@@ -356,8 +386,13 @@ class ModelRegistry:
         return bool(self.entries) and all(e.state == "ready" for e in self.entries.values())
 
     def failures(self) -> dict[str, str]:
-        """Models that failed to load or at run time, with why (``/health`` reports them)."""
-        return {n: e.error or "failed" for n, e in self.entries.items() if e.state == "failed"}
+        """Models that failed to load or at run time, with why (``/health``, which is public, reports them:
+        no server path in the reason; the log has the full one)."""
+        return {
+            n: public_reason(e.error or "failed", e.path)
+            for n, e in self.entries.items()
+            if e.state == "failed"
+        }
 
     def get(self, name: str | None) -> ModelEntry:
         """The named model, or the default one for ``None``.
@@ -479,7 +514,19 @@ class ModelRegistry:
             if not isinstance(manifest, dict):
                 raise ArtifactError(f"{MANIFEST} is not a JSON object")
         except (OSError, ValueError, ArtifactError) as exc:
-            raise ReloadFailedError(f"model {old.name!r}: {old.path}: not a model artifact ({exc})") from None
+            reason = f"{MANIFEST}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+            raise ReloadFailedError(
+                f"model {old.name!r}: not a model artifact ({public_reason(reason, old.path)}); "
+                "the old version serves on"
+            ) from None
+        renamed = str(manifest.get("name") or old.path.name)
+        if renamed != old.name:
+            raise ModelRenamedError(
+                f"model {old.name!r}: the new version's {MANIFEST} names it {renamed!r}; a served model "
+                f"keeps its name (requests, galleries and the default model refer to it), so it was not "
+                f"reloaded and the old version serves on: restore the name, or restart to serve it as "
+                f"{renamed!r}"
+            )
         batcher = MicroBatcher(
             name=old.name,
             limits=old.batcher.limits,
@@ -494,7 +541,8 @@ class ModelRegistry:
             await batcher.close()
             log.warning("reload of model %s failed, the old version serves on: %s", old.name, exc)
             raise ReloadFailedError(
-                f"model {old.name!r} was not reloaded, the old version serves on: {describe_error(exc)}"
+                f"model {old.name!r} was not reloaded, the old version serves on: "
+                f"{public_reason(describe_error(exc), old.path)}"
             ) from None
         return new
 

@@ -23,6 +23,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from lnserve.app.connection_deadlines import deadline_protocol
 from lnserve.app.lifecycle import Lifecycle
 from lnserve.app.main import create_app
 from lnserve.app.registry import resolve_model_dirs
@@ -126,9 +127,14 @@ def serve_app(settings: Settings) -> None:
     sock = bind_socket(settings.host, settings.port)
     app: FastAPI = create_app(settings)
     http, loop = fast_paths()
+    protocol = (
+        deadline_protocol(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s)
+        if http == "httptools"
+        else http
+    )
     config = uvicorn.Config(
         app,
-        http=http,
+        http=protocol,
         loop=loop,
         log_config=None,
         access_log=False,

@@ -113,8 +113,32 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     api_key: SecretStr | None = Field(None, description="If set, `Authorization: Bearer <key>` is required.")
+    reload_without_key: bool = Field(
+        False,
+        description="Allow POST /models/NAME/reload (an admin action: each reload loads a model) when no "
+        "api_key is set; otherwise it is refused with 403 reload_disabled.",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     drain_timeout_s: float = Field(30.0, ge=0, description="SIGTERM: seconds to finish in-flight requests.")
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A request's headers must arrive whole within this many seconds of its first byte (of "
+        "the connection's opening, for its first request); else 408 request_timeout and the connection is "
+        "closed.",
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A request's body must arrive whole within this many seconds of its headers; else 408 "
+        "request_timeout and the connection is closed. A request counts in flight only once its body is in.",
+    )
+    max_body_reads_per_client: int = Field(
+        8,
+        ge=0,
+        description="Requests from one client address (an IPv6 /64) whose body is still arriving; one more "
+        "is 429 overloaded. Bodies that arrive with their headers never count. 0: no limit.",
+    )
 
     # micro-batching and backpressure
     max_batch_size: int = Field(64, ge=1, description="Sentences per model call.")
@@ -144,9 +168,9 @@ class Settings(BaseSettings):
     max_inflight: int | None = Field(
         None,
         ge=1,
-        description="Requests in flight per process (/health, /ready, /metrics not counted); beyond it, 429 "
-        "overloaded at once, before the body is read. Default: half of max_batch_size, at least 8 "
-        "(measured: benchmarks/http_load.py --open-loop).",
+        description="Requests in flight per process (/health, /ready, /metrics not counted; a request "
+        "counts once its body is in); beyond it, 429 overloaded at once. Default: half of max_batch_size, at "
+        "least 8 (measured: benchmarks/http_load.py --open-loop).",
     )
 
     # request limits

@@ -24,10 +24,12 @@ class RawResponse:
 class RawConnection:
     """One TCP connection to the server; requests are sent and read one at a time."""
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, timeout: float = 30.0, source: str | None = None) -> None:
+        """``source``: the local address to connect from (``127.0.0.2``: another client to the server)."""
         u = httpx.URL(url)
         self.host = u.host
-        self.sock = socket.create_connection((u.host, u.port), timeout=timeout)
+        where = (source, 0) if source else None
+        self.sock = socket.create_connection((u.host, u.port), timeout=timeout, source_address=where)
         self.file = self.sock.makefile("rb")
 
     def __enter__(self) -> RawConnection:
@@ -40,8 +42,11 @@ class RawConnection:
         self.file.close()
         self.sock.close()
 
-    def send_head(self, method: str, path: str, headers: dict[str, str], content_length: int) -> None:
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", f"Content-Length: {content_length}"]
+    def send_head(self, method: str, path: str, headers: dict[str, str], content_length: int | None) -> None:
+        """The request line and headers; ``content_length`` None: a chunked body."""
+        chunked = content_length is None
+        length = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {content_length}"
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", length]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
 

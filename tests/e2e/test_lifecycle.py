@@ -70,11 +70,12 @@ def test_a_model_that_cannot_be_built_at_startup_stops_the_server_with_exit_2(tm
 
 
 def test_requests_cut_by_the_drain_deadline_get_a_json_503_and_the_process_exits(tmp_path: Path) -> None:
-    """50 requests in flight at SIGTERM with a 2 s drain timeout: 40 clients still sending their body and
-    10 requests queued behind a 6 s batching wait. None can finish in time."""
+    """50 requests at SIGTERM with a 2 s drain timeout: 40 clients still sending their body (not in flight
+    yet) and 10 requests queued behind a 6 s batching wait. None can finish in time."""
     drain_s = 2.0
     env = {"LNSERVE_DRAIN_TIMEOUT_S": str(drain_s), "LNSERVE_MAX_WAIT_MS": "6000"}
-    env["LNSERVE_MAX_INFLIGHT"] = "64"  # all 50 admitted
+    env["LNSERVE_MAX_INFLIGHT"] = "64"  # all 10 admitted
+    env["LNSERVE_MAX_BODY_READS_PER_CLIENT"] = "0"  # all 40 bodies awaited
     srv = start_server(tmp_path, env=env, timeout=120)
     body = json.dumps({"sentences": ["a red circle on the left"]}).encode()
     slow = [RawConnection(srv.url, timeout=DEADLINE_S) for _ in range(40)]
@@ -92,7 +93,7 @@ def test_requests_cut_by_the_drain_deadline_get_a_json_503_and_the_process_exits
             conn.send_head("POST", "/encode", {"Content-Type": "application/json"}, len(body))
         for t in senders:
             t.start()
-        _wait_until_in_flight(srv, 50)
+        _wait_until_in_flight(srv, 10, bodies=40)
         signalled = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         cut: list[RawResponse] = [conn.read_response() for conn in slow]
@@ -117,11 +118,61 @@ def test_requests_cut_by_the_drain_deadline_get_a_json_503_and_the_process_exits
     assert '"msg": "shut down"' in srv.log()
 
 
-def _wait_until_in_flight(srv: LiveServer, n: int) -> None:
+def _wait_until_in_flight(srv: LiveServer, n: int, *, bodies: int) -> None:
+    """``n`` requests in flight and ``bodies`` more whose body the server awaits."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
         text = httpx.get(srv.url + "/metrics", timeout=10).text
-        if f"lnserve_inflight_requests {float(n)}" in text:
+        if (
+            f"lnserve_inflight_requests {float(n)}" in text
+            and f"lnserve_bodies_arriving {float(bodies)}" in text
+        ):
             return
         time.sleep(0.02)
-    pytest.fail(f"never saw {n} requests in flight")
+    pytest.fail(f"never saw {n} requests in flight and {bodies} bodies arriving")
+
+
+def _children(pid: int) -> set[int]:
+    """Live descendants of ``pid`` (from /proc: every thread's children)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = {int(k) for k in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo += sorted(kids - found)
+            found |= kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper is gone for this purpose)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc")
+def test_worker_processes_die_with_a_killed_server(tmp_path: Path) -> None:
+    """kill -9 runs no shutdown: the body-parsing worker (and multiprocessing's resource tracker, which
+    lives while the worker holds its pipe) must still go, within seconds, not run on forever."""
+    server = start_server(tmp_path)
+    try:
+        big = json.dumps({"sentences": ["a red circle on the left"] * 200, "bogus": "x" * 70_000})
+        r = httpx.post(server.url + "/encode", content=big, headers=JSON, timeout=DEADLINE_S)
+        assert r.status_code == 422, r.text  # parsed (and refused) by the worker process
+        workers = _children(server.proc.pid)
+        assert workers, "no worker process was started"
+        server.proc.kill()
+        server.proc.wait(DEADLINE_S)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in workers if _alive(p)], "worker processes outlived the killed server"
+    finally:
+        server.stop()

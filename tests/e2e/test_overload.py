@@ -51,8 +51,9 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 @pytest.fixture(scope="module")
 def narrow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """At most 2 requests in flight; an idle model waits 1 s for company, so concurrent jobs share batches."""
-    env = {"LNSERVE_MAX_INFLIGHT": "2", "LNSERVE_MAX_WAIT_MS": "1000"}
+    """At most 2 requests in flight; an idle model waits 3 s for company, so concurrent jobs share batches
+    (and requests sent together stay in flight that long)."""
+    env = {"LNSERVE_MAX_INFLIGHT": "2", "LNSERVE_MAX_WAIT_MS": "3000"}
     srv = start_server(tmp_path_factory.mktemp("narrow"), env=env)
     yield srv
     srv.stop()
@@ -65,8 +66,9 @@ def test_requests_beyond_max_inflight_get_an_immediate_429_and_the_admitted_ones
     body = json.dumps({"sentences": ["a red circle on the left"]}).encode()
     held = [RawConnection(narrow.url) for _ in range(2)]
     try:
-        for conn in held:  # admitted, then waiting for a body that has not been sent yet
+        for conn in held:  # admitted with their bodies, then waiting (max_wait_ms) for company
             conn.send_head("POST", "/encode", JSON, len(body))
+            conn.sock.sendall(body)
         _wait_for(lambda: _metric(narrow, "lnserve_inflight_requests") == 2, "2 requests in flight")
 
         r = httpx.post(narrow.url + "/encode", json={"sentences": ["a blue square"]}, timeout=DEADLINE_S)
@@ -78,8 +80,6 @@ def test_requests_beyond_max_inflight_get_an_immediate_429_and_the_admitted_ones
             assert httpx.get(narrow.url + probe, timeout=DEADLINE_S).status_code == 200, probe
         assert _metric(narrow, "lnserve_overloaded_total") == 1.0
 
-        for conn in held:
-            conn.sock.sendall(body)
         responses = [conn.read_response() for conn in held]
         assert [x.status for x in responses] == [200, 200], [x.body[:200] for x in responses]
     finally:
@@ -96,7 +96,7 @@ def test_an_unencodable_row_fails_only_its_own_request_in_a_shared_batch(narrow:
     try:
         for conn, body in zip(conns, (good, bad), strict=True):
             conn.send_head("POST", "/encode/images", JSON, len(body))
-        for conn, body in zip(conns, (good, bad), strict=True):  # both jobs arrive within the 1 s wait
+        for conn, body in zip(conns, (good, bad), strict=True):  # both jobs arrive within the 3 s wait
             conn.sock.sendall(body)
         ok, refused = (conn.read_response() for conn in conns)
     finally:

@@ -367,8 +367,10 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def demo(demo_home: Path) -> Iterator[LiveServer]:
-    """What the README tells the reader to start first: `lnserve serve`, the demo model and its gallery."""
-    srv = start_server(demo_home)  # its galleries: demo_home / "galleries"
+    """What the README tells the reader to start first: `lnserve serve`, the demo model and its gallery
+    (with reload allowed without a key, as the reload example says)."""
+    env = {"LNSERVE_RELOAD_WITHOUT_KEY": "true"}
+    srv = start_server(demo_home, env=env)  # its galleries: demo_home / "galleries"
     yield srv
     srv.stop()
 

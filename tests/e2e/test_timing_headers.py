@@ -57,6 +57,10 @@ def test_timing_headers_and_histograms(artifacts: dict[str, Path], tmp_path: Pat
             r = c.post("/encode", json={"sentences": ["a", "b c", "d e f"]})
             queue, inference, size = _timings(r)
             assert size == 3 and queue >= 0 and inference > 0
+            # queue times come from a high-resolution clock: not whole milliseconds (uvloop's loop clock
+            # had only those, so every queue time read 0.000 or 1.000, and deadlines had that grain too)
+            queues = [_timings(c.post("/encode", json={"sentences": ["a b"]}))[0] for _ in range(5)]
+            assert any(q != int(q) for q in [queue, *queues]), queues
             assert _timings(c.post("/encode/images", json={"features": IMAGES[:5].tolist()}))[2] == 5
             r = c.post("/retrieve", json={"gallery": "ims", "query": {"text": "a man"}, "k": 2})
             assert _timings(r)[2] == 1
