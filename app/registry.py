@@ -143,8 +143,11 @@ class ModelEntry:
         use_eos = engine.defaults["eos"] if eos is None else eos
         unk = engine.vocab.unk
         out = []
-        for pairs in engine.tokenize(sentences, pretokenized=pretokenized, eos=use_eos):
-            tokens = [{"token": t, "id": i, "unknown": unk is not None and i == unk} for t, i in pairs]
+        for triples in engine.tokenize(sentences, pretokenized=pretokenized, eos=use_eos):
+            tokens = [
+                {"token": t, "id": i, "unknown": unk is not None and i == unk, "source": src}
+                for t, i, src in triples
+            ]
             n_unk = sum(1 for t in tokens if t["unknown"])
             out.append({"tokens": tokens, "token_count": len(tokens), "unk_count": n_unk})
         tokenizer = "whitespace" if pretokenized else engine.tokenizer_name
