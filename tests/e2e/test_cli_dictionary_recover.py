@@ -15,41 +15,11 @@ import numpy as np
 import pytest
 
 from lnserve.converters.vocab_pickle import read_word_dictionary, write_word_dictionary
-from lnserve.converters.word2vec import iter_blocks, read_header
 from tests.conftest import LEGACY, golden, run_cli
 from tests.e2e.test_cli_errors import assert_refused
-from tests.support.legacy_format import write_legacy_table
+from tests.support.uni_skip_pair import build_uni_skip, model_words
 
 SRC = LEGACY / "skipthoughts_training_lngru"
-
-
-def _model_words() -> list[str]:
-    inputs = json.loads((LEGACY / "inputs_training.json").read_text(encoding="utf-8"))
-    return ["<eos>", "UNK", *inputs["worddict_words_in_index_order"][: inputs["model"]["n_words"] - 2]]
-
-
-def build_uni_skip(root: Path, *, tamper: bool = False) -> Path:
-    """uni_skip.npz (Wemb), utable.npy (Python 2's numpy.save of the rows) and dictionary.txt."""
-    with np.load(SRC / "model.npz") as npz:
-        wemb = npz["Wemb"]
-    words = _model_words()
-    rng = np.random.default_rng(7)
-    table: dict[str, np.ndarray] = {}
-    for block in iter_blocks(read_header(SRC / "w2v.bin")):  # stand-in predictions, stored (1, dim_word)
-        for word in block.words:
-            if "_" not in word:
-                table[word] = rng.standard_normal((1, wemb.shape[1])).astype(np.float32)
-    for i, word in enumerate(words):
-        table[word] = wemb[i].copy()  # the model's own rows: (dim_word,)
-    if tamper:
-        table[words[5]] = table[words[5]] + np.float32(1e-3)
-    keys = list(table)
-    rng.shuffle(keys)  # Python 2 dict order carries no meaning
-    root.mkdir(parents=True, exist_ok=True)
-    np.savez(root / "uni_skip.npz", Wemb=wemb)
-    write_legacy_table(root / "utable.npy", (table[k] for k in keys), len(keys))
-    (root / "dictionary.txt").write_bytes(b"".join(k.encode("utf-8") + b"\n" for k in keys))
-    return root
 
 
 def test_recover_gives_the_models_dictionary_exactly(tmp_path: Path) -> None:
@@ -57,7 +27,7 @@ def test_recover_gives_the_models_dictionary_exactly(tmp_path: Path) -> None:
     out = tmp_path / "dict.pkl"
     proc = run_cli("dictionary", "recover", "--uni-skip", str(uni), "--out", str(out), check=True)
     assert "recovered 418 words" in proc.stdout
-    words = _model_words()[2:]
+    words = model_words()[2:]
     expected = io.BytesIO()
     write_word_dictionary(expected, {w: i for i, w in enumerate(words, start=2)}, {})
     assert out.read_bytes() == expected.getvalue()

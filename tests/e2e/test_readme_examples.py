@@ -79,10 +79,11 @@ class Block:
 
 
 # -- reading the README --------------------------------------------------------------------------------
-def readme_blocks() -> list[Block]:
+def readme_blocks(path: Path = README) -> list[Block]:
+    """The ```bash blocks of the README (or of a docs page, which is run the same way)."""
     blocks: list[Block] = []
     heading, inside, lines = "", False, []
-    for line in README.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         if not inside and line.startswith("#"):
             heading = line.lstrip("#").strip()
         elif not inside and line.strip() == "```bash":
