@@ -76,3 +76,20 @@ def test_a_file_with_exactly_one_record_reads(tmp_path: Path, newline: bool) -> 
     path = tmp_path / "one.bin"
     path.write_bytes(word2vec_bytes(["naïve"], np.ones((1, 300)), newline=newline))
     assert _read_all(path)[0] == ["naïve"]
+
+
+def test_expansion_plan_keeps_the_first_of_duplicated_words_and_skips_phrases(tmp_path: Path) -> None:
+    """gensim keeps the first vector of a repeated word; phrases (``_``) get no predicted row, but a model
+    word with ``_`` is in the fit (spec §5.4)."""
+    from lnserve.converters.vocab_expansion import plan_expansion
+
+    rng = np.random.default_rng(1)
+    words = ["</s>", "ice_cream", "dog", "robots", "hot_dog", "robots", "Dog"]
+    vectors = rng.standard_normal((len(words), 300)).astype(np.float32)
+    path = tmp_path / "w.bin"
+    path.write_bytes(word2vec_bytes(words, vectors))
+    plan = plan_expansion(read_header(path), {"<eos>": 0, "UNK": 1, "dog": 2, "ice_cream": 3})
+    assert plan.words == ["</s>", "robots", "Dog"] and plan.duplicates == 1
+    assert plan.predict.tolist() == [True, False, False, True, False, False, True]
+    assert plan.fit_rows.tolist() == [2, 3]
+    assert np.array_equal(plan.fit_vectors, vectors[[2, 1]])
