@@ -16,7 +16,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from lnserve.app.commands import convert, encode, eval, gallery, model, pull, serve, train
+from lnserve.app.commands import convert, dictionary, encode, eval, gallery, model, pull, serve, train
 from lnserve.converters.errors import LnserveError
 from lnserve.converters.storage import storage_full
 
@@ -57,7 +57,7 @@ def _root(
     )
 
 
-for _commands in (convert, encode, model, serve, pull, gallery, eval, train):
+for _commands in (convert, dictionary, encode, model, serve, pull, gallery, eval, train):
     _commands.register(app)
 
 

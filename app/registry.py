@@ -231,8 +231,11 @@ class ModelEntry:
         unk = engine.vocab.unk
         out = []
         found = engine.tokenize(sentences, pretokenized=pretokenized, eos=use_eos)
-        for pairs in self._within_max_tokens(list(found), eos=use_eos, truncate=truncate):
-            tokens = [{"token": t, "id": i, "unknown": unk is not None and i == unk} for t, i in pairs]
+        for triples in self._within_max_tokens(list(found), eos=use_eos, truncate=truncate):
+            tokens = [
+                {"token": t, "id": i, "unknown": unk is not None and i == unk, "source": src}
+                for t, i, src in triples
+            ]
             n_unk = sum(1 for t in tokens if t["unknown"])
             out.append({"tokens": tokens, "token_count": len(tokens), "unk_count": n_unk})
         tokenizer = "whitespace" if pretokenized else engine.tokenizer_name

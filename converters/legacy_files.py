@@ -8,8 +8,10 @@ beyond ``MAX_RATIO`` is refused before it is inflated (a 2 MB zip bomb can decla
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import mmap
 import operator
 import os
 import zipfile
@@ -290,7 +292,7 @@ class _StreamingTable:
         if self.n == 0:
             raise CorruptFileError(f"{self.path}: the table is empty")
         overrides = {(m, "_reconstruct"): self._reconstruct for m in _NUMPY_MULTIARRAY}
-        with self.dst.open("wb") as self._out:
+        with self._open_output() as self._out:
             top = safe_load(
                 f, source=str(self.path), overrides=overrides, object_arrays=True, leaves=(_Placeholder,)
             )
@@ -304,6 +306,9 @@ class _StreamingTable:
         if self.rows_written != self.n:
             return False
         return all(isinstance(r, _Placeholder) and r.index == i for i, r in enumerate(rows))
+
+    def _open_output(self) -> Any:
+        return self.dst.open("wb")
 
     def accept(self, state: Any) -> int:
         """BUILD of one reconstructed array: the outer object array, or one row to write now.
@@ -348,6 +353,66 @@ class _StreamingTable:
         self._fill = 0
         if self.progress is not None:
             self.progress(self.rows_written, self.n)
+
+
+RowVisitor = Callable[[int, np.ndarray, int | None], None]  # (row index, float32 row, ndim as stored)
+
+
+class _VisitingTable(_StreamingTable):
+    """``_StreamingTable`` handing each row, with the number of dimensions it was stored with, to a visitor
+    instead of writing it (a legacy table's (dim,) rows are the model's own, (1, dim) the regression's)."""
+
+    def __init__(self, n: int, *, path: Path, visit: RowVisitor) -> None:
+        super().__init__(path, n, path=path, progress=None, chunk_rows=1)
+        self.visit = visit
+        self._ndim: int | None = None
+
+    def _open_output(self) -> Any:
+        return contextlib.nullcontext()
+
+    def accept(self, state: Any) -> int:
+        self._ndim = len(state[1]) if not state[2].hasobject else None
+        return super().accept(state)
+
+    def _write(self, vec: np.ndarray, index: int) -> None:
+        if self.dim is None:
+            self.dim = vec.size
+        if vec.size != self.dim:
+            raise TableMismatchError(f"{self.path}: row {index} has {vec.size} values, expected {self.dim}")
+        self.visit(index, vec.astype(np.float32, copy=False), self._ndim)
+
+    def _flush(self) -> None:
+        pass
+
+
+def visit_table_rows(src: Path, visit: RowVisitor, *, chunk_rows: int = 4096) -> tuple[int, int]:
+    """Hand every row of a word table to ``visit`` in order, in one pass over the memory-mapped file: a
+    legacy pickled object array (through the restricted unpickler, rows never all in memory) or a plain 2-d
+    float table (ndim reported as None). Returns (rows, dim)."""
+    require_file(src)
+    with src.open("rb") as f:
+        shape, _, dtype = _read_npy_header(f, src)
+        if dtype.hasobject:
+            if len(shape) != 1 or shape[0] == 0:
+                raise CorruptFileError(f"{src}: expected a 1-d object array of word vectors, found {shape}")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                mm.seek(f.tell())
+                table = _VisitingTable(shape[0], path=src, visit=visit)
+                if not table.run(mm):
+                    raise CorruptFileError(f"{src}: the table's rows are shared or out of order")
+                return table.n, table.require_dim()
+    try:
+        plain = np.load(src, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise CorruptFileError(f"{src}: not a readable .npy table ({shown(str(exc))})") from None
+    if plain.ndim != 2 or len(plain) == 0:
+        raise CorruptFileError(f"{src}: expected a 2-d table, found shape {plain.shape}")
+    _check_row_dtype(plain.dtype, 0, src)
+    for start in range(0, len(plain), chunk_rows):
+        block = np.asarray(plain[start : start + chunk_rows], dtype=np.float32)
+        for k, row in enumerate(block):
+            visit(start + k, row, None)
+    return plain.shape[0], plain.shape[1]
 
 
 def _check_row_dtype(dtype: np.dtype, index: int, path: Path) -> None:

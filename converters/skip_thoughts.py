@@ -56,8 +56,19 @@ class SkipHalf:
     sources: dict[str, str]
 
 
-def read_skip_half(npz_path: Path, kind: str, *, cell: str | None = None) -> SkipHalf:
-    """Read ``X.npz`` + ``X.npz.pkl`` (a bare options dict) for the uni or bi model."""
+def published_extra(key: str) -> bool:
+    return key in STANDARD_UNUSED
+
+
+def read_skip_half(
+    npz_path: Path,
+    kind: str,
+    *,
+    cell: str | None = None,
+    expected_extra: Callable[[str], bool] = published_extra,
+) -> SkipHalf:
+    """Read ``X.npz`` + ``X.npz.pkl`` (a bare options dict) for the uni or bi model. Extra members that
+    ``expected_extra`` accepts are logged, any other is a note (the training format also saves decoders)."""
     pkl_path = Path(f"{npz_path}.pkl")
     options = read_legacy_pickle(pkl_path)
     if not isinstance(options, dict) or not all(k in options for k in ("dim", "dim_word", "encoder")):
@@ -73,10 +84,10 @@ def read_skip_half(npz_path: Path, kind: str, *, cell: str | None = None) -> Ski
         params = npz.arrays(expected)
         extras = extra_keys(npz.keys, expected)
     notes = [note] if note else []
-    standard = [k for k in extras if k in STANDARD_UNUSED]
+    standard = [k for k in extras if expected_extra(k)]
     if standard:  # every published skip-thoughts file has these: not worth a warning
         log.info("%s: not used for encoding: %s", npz_path.name, ", ".join(standard))
-    if unusual := [k for k in extras if k not in STANDARD_UNUSED]:
+    if unusual := [k for k in extras if not expected_extra(k)]:
         notes.append(f"ignored extra parameter(s) in {npz_path.name}: {', '.join(map(shown, unusual))}")
     tensors: dict[str, np.ndarray] = {}
     for prefix, module in SKIP_PART_MODULES[kind].items():

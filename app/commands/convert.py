@@ -82,5 +82,59 @@ def convert_skip_thoughts_cmd(
     typer.echo(f"converted skip-thoughts ({parts}; output dim {manifest['dims']['output_dim']}) -> {out}")
 
 
+@convert_app.command("skip-thoughts-training")
+def convert_skip_thoughts_training_cmd(
+    model: Annotated[
+        Path, typer.Argument(help="MODEL.npz as training/train.py saves it (MODEL.npz.pkl beside it).")
+    ],
+    dictionary: Annotated[
+        Path, typer.Option("--dictionary", help="The vocab.py dictionary pkl (worddict, wordcount).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output artifact directory.")],
+    word2vec: Annotated[
+        Path | None,
+        typer.Option("--word2vec", help="word2vec binary file (GoogleNews, 300-d): expand the vocabulary."),
+    ] = None,
+    cell: CellOpt = None,
+    name: NameOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Convert a skip-thoughts training/-format checkpoint (the layer-norm LN-GRU release)."""
+    from rich.progress import TaskProgressColumn
+
+    from lnserve.app.commands.common import check_output_dir, stderr_progress
+    from lnserve.converters.artifact import model_name
+    from lnserve.converters.skip_thoughts_training import convert_skip_thoughts_training
+
+    check_output_dir(out)
+    with stderr_progress(TaskProgressColumn()) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done)
+
+        manifest = convert_skip_thoughts_training(
+            model=model,
+            dictionary=dictionary,
+            word2vec=word2vec,
+            out=out,
+            name=model_name(out, name),
+            cell=cell,
+            progress=progress,
+            overwrite=force,
+        )
+    vocab, part = manifest["vocabulary"], manifest["parts"]["uni"]
+    summary = f"{part['cell']} {part['dim']}; {vocab['model_words']:,} model words"
+    if manifest["expansion"]:
+        fit = manifest["expansion"]
+        summary += (
+            f" + {vocab['expansion_words']:,} from word2vec (fit on {fit['words_shared']:,} shared words, "
+            f"residual rms {fit['residual_rms']:.3g})"
+        )
+    typer.echo(f"converted skip-thoughts training checkpoint ({summary}) -> {out}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(convert_app, name="convert")

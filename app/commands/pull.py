@@ -51,6 +51,16 @@ def pull(
         bool, typer.Option("--export/--no-export", help="Export to ONNX when available.")
     ] = True,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing DIR/NAME.")] = False,
+    dictionary: Annotated[
+        Path | None,
+        typer.Option("--dictionary", help="Training-format sets (ln-skip): the vocab.py dictionary pkl."),
+    ] = None,
+    word2vec: Annotated[
+        Path | None,
+        typer.Option(
+            "--word2vec", help="Training-format sets: a word2vec file to expand the vocabulary."
+        ),
+    ] = None,
 ) -> None:
     """Download a published checkpoint set and convert it into a servable model artifact DIR/NAME."""
     from lnserve.app.pull.catalog import get_entry
@@ -73,6 +83,8 @@ def pull(
         cell=cell,
         export=export,
         keep_downloads=keep_downloads,
+        dictionary=dictionary,
+        word2vec=word2vec,
     )
     from rich.progress import DownloadColumn, TransferSpeedColumn
 

@@ -44,8 +44,10 @@ class RemoteFile:
 class CatalogEntry:
     """A published set and how to convert it.
 
-    ``converter`` is ``order-embedding`` (``args['prefix']`` names PREFIX.npz + PREFIX.pkl) or
-    ``skip-thoughts`` (``args['uni']`` / ``args['bi']`` name the .npz files; the tables sit beside them).
+    ``converter`` is ``order-embedding`` (``args['prefix']`` names PREFIX.npz + PREFIX.pkl),
+    ``skip-thoughts`` (``args['uni']`` / ``args['bi']`` name the .npz files; the tables sit beside them) or
+    ``skip-thoughts-training`` (``args['model']`` names MODEL.npz). ``user_files`` names files the set
+    needs that were never published (pull option -> why), so ``pull`` asks for them before downloading.
     """
 
     name: str
@@ -56,6 +58,7 @@ class CatalogEntry:
     files: tuple[RemoteFile, ...]
     converter: str
     args: Mapping[str, str]
+    user_files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def local_names(self) -> tuple[str, ...]:
@@ -105,6 +108,12 @@ def _skip_files(kinds: tuple[str, ...]) -> tuple[RemoteFile, ...]:
 
 
 _SKIP_ORIGIN = "ryankiros/skip-thoughts README"
+_LN_SKIP = "lngru_may13_1700000"
+LN_SKIP_DICTIONARY_GAP = (
+    "its vocab.py dictionary pkl was never published next to it (ryankiros/layer-norm README); give one with "
+    "--dictionary DICT.pkl, e.g. uni-skip's, recovered exactly by `lnserve dictionary recover --uni-skip DIR "
+    "--out DICT.pkl` (an assumption: that the release shares uni-skip's corpus and vocabulary build)"
+)
 
 CATALOG: dict[str, CatalogEntry] = {
     e.name: e
@@ -178,6 +187,20 @@ CATALOG: dict[str, CatalogEntry] = {
             files=_skip_files(("uni", "bi")),
             converter="skip-thoughts",
             args={"uni": "uni_skip.npz", "bi": "bi_skip.npz"},
+        ),
+        CatalogEntry(
+            name="ln-skip",
+            family="skip-thoughts",
+            cell="lngru",
+            description="the layer-norm paper's skip-thoughts (uni LN-GRU, 1.7M updates); needs --dictionary",
+            origin="ryankiros/layer-norm README",
+            files=(
+                RemoteFile(f"{_TORONTO_RKIROS}/{_LN_SKIP}.npz"),
+                RemoteFile(f"{_TORONTO_RKIROS}/{_LN_SKIP}.npz.pkl"),
+            ),
+            converter="skip-thoughts-training",
+            args={"model": f"{_LN_SKIP}.npz"},
+            user_files={"dictionary": LN_SKIP_DICTIONARY_GAP},
         ),
     )
 }

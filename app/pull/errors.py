@@ -8,7 +8,8 @@ PullError                      (download_failed)    a download could not be comp
 ├── ChecksumMismatchError      (checksum_mismatch)  the file's sha256 (or size) differs from the catalog's
 ├── UnsafeArchiveError         (unsafe_archive)     an archive member is missing or not a plain file
 ├── MissingFilesError          (missing_files)      ``--from DIR`` lacks files of the set
-└── UnknownCatalogEntryError   (unknown_model)      the name is not in the catalog
+├── UnknownCatalogEntryError   (unknown_model)      the name is not in the catalog
+└── UnpublishedFileError       (unpublished_file)   the set needs a file that was never published
 """
 
 from __future__ import annotations
@@ -62,3 +63,10 @@ class UnknownCatalogEntryError(PullError):
     """The requested name is not in the catalog."""
 
     code = "unknown_model"
+
+
+class UnpublishedFileError(PullError):
+    """The set cannot be converted from its published files alone (the LN skip-thoughts release has no
+    dictionary): the user must supply the missing file; nothing was downloaded."""
+
+    code = "unpublished_file"

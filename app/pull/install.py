@@ -23,7 +23,12 @@ import httpx
 from lnserve.app.pull.archive import extract_members
 from lnserve.app.pull.catalog import CatalogEntry, RemoteFile, source_url
 from lnserve.app.pull.download import Downloaded, Progress, RetryPolicy, download
-from lnserve.app.pull.errors import ChecksumMismatchError, MissingFilesError, PullError
+from lnserve.app.pull.errors import (
+    ChecksumMismatchError,
+    MissingFilesError,
+    PullError,
+    UnpublishedFileError,
+)
 from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.converters.artifact import MANIFEST, model_name, read_artifact, staging_dir, write_json
 from lnserve.converters.errors import ArtifactError
@@ -46,6 +51,8 @@ class PullOptions:
     cell: str | None = None
     export: bool = True
     keep_downloads: bool = False
+    dictionary: Path | None = None  # skip-thoughts-training sets: the vocab.py dictionary pkl
+    word2vec: Path | None = None  # and, optionally, the word2vec file for vocabulary expansion
 
 
 def pull(
@@ -71,6 +78,7 @@ def pull(
         raise ArtifactError(f"{out}: already exists (use --force to replace it)")
     _check_overrides(entry, options.sha256)
     model_name(out)  # a directory name no URL can address fails before any download
+    _check_user_files(entry, options)
     root.mkdir(parents=True, exist_ok=True)
     with _workdir(root, entry) as work:
         if from_dir is None:
@@ -78,7 +86,7 @@ def pull(
         else:
             records = _collect_local(entry, from_dir, work, options)
         with staging_dir(out, overwrite=overwrite) as tmp:
-            manifest = _convert(entry, work, tmp, model_name(out), options.cell)
+            manifest = _convert(entry, work, tmp, model_name(out), options)
             if options.export:  # servable by the default onnx backend without building graphs at startup
                 export_onnx(tmp)
             manifest = _record_pull(tmp, entry, records, from_dir)
@@ -102,6 +110,18 @@ def _check_overrides(entry: CatalogEntry, sha256: Mapping[str, str]) -> None:
         raise PullError(
             f"--sha256 names {', '.join(unknown)}, not files of {entry.name}: {', '.join(sorted(known))}"
         )
+
+
+def _check_user_files(entry: CatalogEntry, options: PullOptions) -> None:
+    """Before any download: a set that needs an unpublished file says so; options it cannot use are errors."""
+    given = {"dictionary": options.dictionary, "word2vec": options.word2vec}
+    takes = set(entry.user_files) | ({"word2vec"} if entry.converter == "skip-thoughts-training" else set())
+    stray = sorted(k for k, v in given.items() if v is not None and k not in takes)
+    if stray:
+        raise PullError(f"--{stray[0]} does not apply to {entry.name} (only to sets in the training format)")
+    for option, why in entry.user_files.items():
+        if given.get(option) is None:
+            raise UnpublishedFileError(f"{entry.name}: {why}; nothing was downloaded")
 
 
 @contextmanager
@@ -214,7 +234,8 @@ def _local_record(path: Path, expected: str | None, *, member: str | None = None
     return rec
 
 
-def _convert(entry: CatalogEntry, work: Path, out: Path, name: str, cell: str | None) -> dict[str, Any]:
+def _convert(entry: CatalogEntry, work: Path, out: Path, name: str, options: PullOptions) -> dict[str, Any]:
+    cell = options.cell
     if entry.converter == "order-embedding":
         from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 
@@ -228,6 +249,19 @@ def _convert(entry: CatalogEntry, work: Path, out: Path, name: str, cell: str | 
             uni=work / uni if uni else None,
             bi=work / bi if bi else None,
             tables=work,
+            out=out,
+            name=name,
+            cell=cell,
+            overwrite=True,
+        )
+    if entry.converter == "skip-thoughts-training":
+        from lnserve.converters.skip_thoughts_training import convert_skip_thoughts_training
+
+        assert options.dictionary is not None  # _check_user_files
+        return convert_skip_thoughts_training(
+            model=work / entry.args["model"],
+            dictionary=options.dictionary,
+            word2vec=options.word2vec,
             out=out,
             name=name,
             cell=cell,

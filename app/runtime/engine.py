@@ -18,7 +18,13 @@ import numpy as np
 from lnserve.app.runtime.bucketing import length_batches, pad_ids, reverse_padded
 from lnserve.app.runtime.errors import EncodeInputError, ProviderUnavailableError
 from lnserve.app.runtime.scoring import error_matrix
-from lnserve.app.runtime.text import OrderVocabulary, TableVocabulary, tokenizer_for, unk_counts
+from lnserve.app.runtime.text import (
+    MODEL,
+    OrderVocabulary,
+    TableVocabulary,
+    tokenizer_for,
+    unk_counts,
+)
 from lnserve.converters.artifact import Artifact, read_artifact
 
 log = logging.getLogger("lnserve.runtime")
@@ -125,7 +131,10 @@ class Engine:
             self.use_abs = bool(m["options"]["abs"])
             self.method: str = m["options"]["method"]
         else:
-            self.vocab = TableVocabulary(artifact.read_json("dictionary.json")["words"])
+            self.vocab = TableVocabulary(
+                artifact.read_json("dictionary.json")["words"],
+                model_rows=m.get("vocabulary", {}).get("model_words"),
+            )
             self.tables = {part: artifact.table(info["table"]) for part, info in m["parts"].items()}
             self.use_abs = False
             self.method = "cosine"
@@ -149,15 +158,17 @@ class Engine:
 
     def tokenize(
         self, sentences: Sequence[str], *, pretokenized: bool, eos: bool
-    ) -> list[list[tuple[str, int]]]:
-        """Per sentence, each token the model steps on (``<eos>`` last when on) with its id, exactly as
-        ``token_ids`` looks them up: ``POST /tokenize`` shows users which words the model does not know."""
+    ) -> list[list[tuple[str, int, str | None]]]:
+        """Per sentence, each token the model steps on (``<eos>`` last when on) with its id and where its
+        vector comes from (``text.MODEL``, ``EXPANSION``, ``UNK``), exactly as ``token_ids`` looks them up:
+        ``POST /tokenize`` shows users which words the model does not know."""
         tokenize = tokenizer_for(self.tokenizer_name, pretokenized=pretokenized)
         out = []
         for s in sentences:
             tokens = tokenize(s)
             ids = self.vocab.ids(tokens, eos=eos)
-            out.append(list(zip([*tokens, "<eos>"] if eos else tokens, ids, strict=True)))
+            sources = [self.vocab.source(t) for t in tokens] + ([MODEL] if eos else [])
+            out.append(list(zip([*tokens, "<eos>"] if eos else tokens, ids, sources, strict=True)))
         return out
 
     def unk_counts(self, seqs: Sequence[Sequence[int]]) -> list[int]:

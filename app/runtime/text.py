@@ -8,6 +8,9 @@ from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.models.tokenize import get_tokenizer, whitespace_tokens
 
 EOS_ID, UNK_ID = 0, 1
+# Where a token's vector comes from (``POST /tokenize``): the model's own vocabulary, the vocabulary
+# expansion (word2vec rows), the UNK vector, or None where the artifact does not record it (published tables).
+MODEL, EXPANSION, UNK = "model", "expansion", "unk"
 
 
 def tokenizer_for(name: str, *, pretokenized: bool) -> Callable[[str], list[str]]:
@@ -32,6 +35,10 @@ class OrderVocabulary:
             ids.append(EOS_ID)
         return ids
 
+    def source(self, token: str) -> str | None:
+        i = self.worddict.get(token)
+        return MODEL if i is not None and i < self.n_words else UNK
+
 
 def unk_counts(seqs: Sequence[Sequence[int]], unk: int | None) -> list[int]:
     """Per sequence, how many steps the model ran on the UNK id or row: words it does not know (a user asking
@@ -42,8 +49,9 @@ def unk_counts(seqs: Sequence[Sequence[int]], unk: int | None) -> list[int]:
 class TableVocabulary:
     """dictionary.txt lookup into the word tables: missing words take the ``UNK`` row (case-sensitive)."""
 
-    def __init__(self, words: Sequence[str]) -> None:
+    def __init__(self, words: Sequence[str], *, model_rows: int | None = None) -> None:
         self.index = {w: i for i, w in enumerate(words)}  # a duplicated word keeps the later row
+        self.model_rows = model_rows  # rows below it are the model's own, the rest expansion rows
         self.unk: int | None = self.index.get("UNK")
         self.eos = self.index.get("<eos>")
 
@@ -61,3 +69,11 @@ class TableVocabulary:
                 raise EncodeInputError("eos requested but the dictionary has no '<eos>' row")
             rows.append(self.eos)
         return rows
+
+    def source(self, token: str) -> str | None:
+        i = self.index.get(token)
+        if i is None:
+            return UNK
+        if self.model_rows is None:
+            return None
+        return MODEL if i < self.model_rows else EXPANSION

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from lnserve.app.schemas.fields import Eos, ModelName, Pretokenized
@@ -26,6 +28,11 @@ class Token(BaseModel):
     token: str = Field(description="The token as looked up (after the tokenizer: e.g. lowercased).")
     id: int = Field(description="Its vocabulary id (order-embedding) or word-table row (skip-thoughts).")
     unknown: bool = Field(description="Not in the model's vocabulary: it takes the one UNK vector.")
+    source: Literal["model", "expansion", "unk"] | None = Field(
+        None,
+        description="Where its vector comes from: the model's own vocabulary, the vocabulary expansion "
+        "(word2vec rows), or the UNK vector; null where the model's word table does not record it.",
+    )
 
 
 class TokenizedSentence(BaseModel):

@@ -18,6 +18,9 @@ def test_every_entry_provides_what_its_converter_reads(name: str) -> None:
     local = set(entry.local_names)
     if entry.converter == "order-embedding":
         assert {f"{entry.args['prefix']}.npz", f"{entry.args['prefix']}.pkl"} <= local
+    elif entry.converter == "skip-thoughts-training":  # the dictionary comes from the user
+        assert {entry.args["model"], f"{entry.args['model']}.pkl"} == local
+        assert set(entry.user_files) == {"dictionary"}
     else:
         halves = [entry.args[k] for k in ("uni", "bi") if k in entry.args]
         assert halves and "dictionary.txt" in local
