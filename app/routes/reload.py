@@ -6,7 +6,7 @@ directory (e.g. re-converted or pulled into the volume), never a path from the r
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from lnserve.app.deps import RegistryDep
 from lnserve.app.schemas import ErrorBody, ModelInfo
@@ -19,8 +19,10 @@ router = APIRouter(tags=["models"])
     response_model=ModelInfo,
     responses={404: {"model": ErrorBody}, 422: {"model": ErrorBody, "description": "reload_failed"}},
 )
-async def reload_model(name: str, registry: RegistryDep) -> ModelInfo:
+async def reload_model(name: str, registry: RegistryDep, request: Request) -> ModelInfo:
     """Load the artifact now in the model's directory beside the serving version, warm it up, switch to it
-    atomically and drain the old version; on failure the old version serves on and the reason is returned."""
-    entry = await registry.reload(name)
+    atomically and drain the old version; on failure the old version serves on and the reason is returned.
+    Under ``serve --ray`` every replica does so, or none (``app.state.reload``: ``scale.reload``)."""
+    reload = getattr(request.app.state, "reload", None) or registry.reload
+    entry = await reload(name)
     return ModelInfo.model_validate(entry.describe(default=name == registry.default_name))
