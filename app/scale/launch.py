@@ -72,6 +72,12 @@ class RayOptions:
         )  # fmt: skip
 
 
+class ClusterUnreachableError(UserInputError):
+    """``--address`` names no cluster this process can join (not running there, or not its token)."""
+
+    code = "cluster_unreachable"
+
+
 def wants_gpu(settings: Settings, cluster_gpus: float) -> bool:
     """One GPU per replica when the ONNX provider is (or will default to) CUDA, none otherwise."""
     if settings.backend != "onnx":
@@ -131,7 +137,16 @@ def _start_ray(opts: RayOptions) -> None:
     import ray
 
     if opts.address:
-        ray.init(address=opts.address, namespace="lnserve", log_to_driver=True)
+        try:
+            ray.init(address=opts.address, namespace="lnserve", log_to_driver=True)
+        except Exception as exc:  # Ray's own message runs to many lines; the likely causes are ours to say
+            lines = str(exc).strip().splitlines()
+            raise ClusterUnreachableError(
+                f"cannot join the Ray cluster at {opts.address} ({type(exc).__name__}: "
+                f"{lines[0] if lines else 'no detail'}); is it running, and does this process have the "
+                "cluster's token (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN, or ~/.ray/auth_token; see "
+                "docs/scaling-out.md)?"
+            ) from None
         return
     n_replicas = opts.replicas or opts.max_replicas or 1
     needed = n_replicas * opts.replica_cpus + opts.shards * opts.shard_cpus

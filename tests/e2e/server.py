@@ -43,10 +43,15 @@ class LiveServer:
 
 
 def start_server(
-    tmp: Path, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True, timeout: float = 120.0
+    tmp: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    wait_ready: bool = True,
+    timeout: float = 120.0,
+    port: int | None = None,
 ) -> LiveServer:
-    """Start ``lnserve serve --port <free>`` with ``args``; settings through ``env`` (LNSERVE_*)."""
-    port = free_port()
+    """Start ``lnserve serve --port <free or port>`` with ``args``; settings through ``env`` (LNSERVE_*)."""
+    port = port or free_port()
     log_path = tmp / f"server-{port}.log"
     full_env = {
         **os.environ,
