@@ -1,17 +1,21 @@
-"""A two-raylet Ray cluster with token authentication on this host, as docs/scaling-out.md sets one up:
-``ray start --head`` and ``ray start --address`` (each ``--block``, in its own session, so that stopping it
-stops exactly what it started), both with ``RAY_AUTH_MODE=token`` and the cluster's token, on loopback
-addresses (the head advertises 127.0.0.2, the worker 127.0.0.3; Ray's own listeners bind every interface,
-which the token guards).
+"""A two-raylet Ray cluster with token authentication on this host, started by the commands of
+docs/scaling-out.md as written there: the head's block and the worker's block each run in ``bash -e``, with
+only ``HEAD_IP:6379`` replaced and, appended to their ``ray start`` line, what two raylets on one test host
+need (``--block``, free ports instead of fixed defaults, loopback addresses: the head advertises 127.0.0.2,
+the worker 127.0.0.3; Ray's own listeners bind every interface, which the token guards). The head's block
+makes the token in its own ``$HOME`` (a temporary folder, never the user's ``~/.ray``); the worker reads it
+from ``head_auth_token``, the copy the docs tell the reader to make. The driver's command and environment
+are the doc's too (``driver_args``, ``RayCluster.env``).
 
-Stopped at the end: SIGTERM to each ``ray start`` (it stops its processes), then SIGKILL to its session if
-it has not finished within ``STOP_TIMEOUT_S``.
+Each block runs in its own session, so stopping it stops exactly what it started: SIGTERM (``ray start
+--block`` stops its processes), then SIGKILL to the session if it has not ended within ``STOP_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -23,32 +27,60 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lnserve.app.scale.proxy import CALLBACK as PROXY_CALLBACK
-from tests.e2e.server import free_port
+from tests.e2e.server import ROOT, free_port
 
+DOC = ROOT / "docs" / "scaling-out.md"
+DOC_ADDRESS = "HEAD_IP:6379"
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 45.0
-RAY = str(Path(sys.executable).with_name("ray"))
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+def doc_blocks() -> tuple[str, str, str]:
+    """The head's, the worker's and the driver's bash blocks of the page's *The commands* section."""
+    section = DOC.read_text(encoding="utf-8").split("## The commands", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 3, blocks
+    return blocks[0], blocks[1], blocks[2]
+
+
+def _exports(block: str) -> dict[str, str]:
+    """``export A=B`` lines of a block (literal values only: the driver's block has no others)."""
+    out: dict[str, str] = {}
+    for line in block.splitlines():
+        if line.startswith("export "):
+            for word in shlex.split(line)[1:]:
+                name, _, value = word.partition("=")
+                out[name] = value
+    return out
+
+
+def driver_args(address: str, models: list[str]) -> list[str]:
+    """The doc's ``lnserve serve`` arguments, with the test's address, loopback host and models."""
+    line = next(x for x in doc_blocks()[2].splitlines() if x.startswith("lnserve serve "))
+    args = shlex.split(line.replace(DOC_ADDRESS, address))[2:]
+    args[args.index("--host") + 1] = "127.0.0.1"
+    i = args.index("--models")
+    return [*args[:i], *(a for m in models for a in ("--models", m)), *args[i + 2 :]]
 
 
 @dataclass
 class RayCluster:
     address: str  # HEAD:PORT, what --address takes
-    token: str
+    home: Path  # the head's $HOME: its ~/.ray/auth_token
     logs: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
-    def env(self) -> dict[str, str]:
-        """What every process that joins needs: workers, and the lnserve driver."""
-        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+    def token(self) -> str:
+        return (self.home / ".ray" / "auth_token").read_text().strip()
 
     @property
-    def node_env(self) -> dict[str, str]:
-        """``ray start``'s environment: the token, and lnserve's 503 for a lost replica in each node's proxy
-        (docs/scaling-out.md)."""
-        return {**self.env, "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": PROXY_CALLBACK}
+    def env(self) -> dict[str, str]:
+        """The driver's environment, as the docs run it on the head: the block's exports, the head's HOME
+        (where the token is)."""
+        return {**_exports(doc_blocks()[2]), "HOME": str(self.home)}
 
     def log(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.logs.glob("*.log")))
@@ -66,21 +98,23 @@ class RayCluster:
                 proc.wait()
 
 
-def _ports() -> list[str]:
+def _ports() -> str:
     """Every port a raylet would otherwise take at a fixed default (two on one host would collide)."""
     names = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port",
              "--runtime-env-agent-port")  # fmt: skip
-    return [a for name in names for a in (name, str(free_port()))]
+    return " ".join(f"{name} {free_port()}" for name in names)
 
 
-def _start(cluster: RayCluster, name: str, args: list[str]) -> None:
+def _run_block(cluster: RayCluster, name: str, block: str, extra: str, home: Path, cwd: Path) -> None:
+    """The doc's block in ``bash -e``, ``HEAD_IP:6379`` replaced, ``extra`` appended to ``ray start``."""
+    script = block.replace(DOC_ADDRESS, cluster.address)
+    script = re.sub(r"^(ray start .*)$", lambda m: f"{m.group(1)} {extra}", script, flags=re.M)
     log = open(cluster.logs / f"{name}.log", "wb")  # noqa: SIM115 - the process writes it until stopped
-    env = {**os.environ, **cluster.node_env}
-    proc = subprocess.Popen(
-        [RAY, "start", "--block", "--disable-usage-stats", "--num-cpus", "2",
-         "--object-store-memory", str(100 * 1024 * 1024), *_ports(), *args],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    env = {**os.environ, "HOME": str(home), "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}
+    for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(var, None)  # only what the block sets
+    proc = subprocess.Popen(["bash", "-ec", script], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
     log.close()
     cluster.procs.append(proc)
 
@@ -103,15 +137,25 @@ def ray_cluster(tmp: Path) -> Iterator[RayCluster]:
     """A head and one worker raylet, token auth on; stopped when the block ends."""
     logs = tmp / "ray-cluster"
     logs.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    cluster = RayCluster(f"{HEAD_IP}:{port}", secrets.token_hex(32), logs)
-    session = tempfile.mkdtemp(prefix="lnray-")  # short: Ray's socket paths must fit in 107 bytes
+    session = Path(tempfile.mkdtemp(prefix="lnray-"))  # short: Ray's socket paths must fit in 107 bytes
+    cluster = RayCluster(f"{HEAD_IP}:{free_port()}", session / "head-home", logs)
+    worker_home = session / "worker-home"
+    for home in (cluster.home, worker_home):
+        home.mkdir()
+    head, worker, _ = doc_blocks()
+    port = cluster.address.rsplit(":", 1)[1]
     try:
-        _start(cluster, "head", ["--head", "--node-ip-address", HEAD_IP, "--port", str(port),
-                                 "--include-dashboard", "false", "--ray-client-server-port", str(free_port()),
-                                 "--temp-dir", session])  # fmt: skip
+        head = head.replace("--port 6379", f"--port {port}")
+        common = f"--block --disable-usage-stats --num-cpus 2 --object-store-memory {100 * 2**20}"
+        head_extra = (
+            f"{common} {_ports()} --node-ip-address {HEAD_IP} --include-dashboard false "
+            f"--ray-client-server-port {free_port()} --temp-dir {session / 'ray'}"
+        )
+        _run_block(cluster, "head", head, head_extra, cluster.home, session)
         _wait_started(cluster, "head")
-        _start(cluster, "worker", ["--address", cluster.address, "--node-ip-address", WORKER_IP])
+        shutil.copyfile(cluster.home / ".ray" / "auth_token", session / "head_auth_token")  # the docs' copy
+        worker_extra = f"{common} {_ports()} --node-ip-address {WORKER_IP}"
+        _run_block(cluster, "worker", worker, worker_extra, worker_home, session)
         _wait_started(cluster, "worker")
         yield cluster
     finally:

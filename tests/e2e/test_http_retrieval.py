@@ -22,7 +22,7 @@ import pytest
 from lnserve.app.runtime.scoring import order_violation
 from tests.conftest import LEGACY, OE_MODELS, golden, inputs
 from tests.e2e.engines import ENGINES, RAY_CLUSTER, engine_args, start_timeout
-from tests.e2e.ray_cluster import ray_cluster
+from tests.e2e.ray_cluster import driver_args, ray_cluster
 from tests.e2e.server import LiveServer, start_server
 
 TOL = 1e-5
@@ -39,11 +39,11 @@ def server(
     models = [a for n in (*OE_MODELS, "skipthoughts_gru") for a in ("--models", str(artifacts[n]))]
     tmp = tmp_path_factory.mktemp("retrieval")
     with ExitStack() as stack:
-        args, env = engine_args(request.param), {"LNSERVE_API_KEY": KEY}
-        if request.param == "ray-cluster":
+        args, env = [*engine_args(request.param), *models], {"LNSERVE_API_KEY": KEY}
+        if request.param == "ray-cluster":  # the command of docs/scaling-out.md
             cluster = stack.enter_context(ray_cluster(tmp))
-            args, env = (*args, "--address", cluster.address), {**env, **cluster.env}
-        srv = start_server(tmp, *args, *models, env=env, timeout=start_timeout(request.param))
+            args, env = driver_args(cluster.address, models[1::2]), {**env, **cluster.env}
+        srv = start_server(tmp, *args, env=env, timeout=start_timeout(request.param))
         yield srv
         srv.stop()
 

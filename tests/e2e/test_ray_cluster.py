@@ -19,13 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.ray_cluster import ray_cluster
+from tests.e2e.ray_cluster import driver_args, ray_cluster
 from tests.e2e.server import ROOT, free_port, start_server
 
 pytest.importorskip("ray.serve", reason="needs the ray extra: pip install 'lnserve[ray]'")
 pytestmark = pytest.mark.ray
 
-ARGS = ("--ray", "--replicas", "2", "--shards", "2")
 LOST_EXIT_S = 60.0
 
 
@@ -50,17 +49,16 @@ def _one_error_line(output: str, code: str) -> str:
 def test_a_driver_on_a_token_auth_cluster(tmp_path: Path) -> None:
     env = {"LNSERVE_SCORER": "numpy"}
     with ray_cluster(tmp_path) as cluster:
+        args = driver_args(cluster.address, [])  # the docs' command; no --models: the demo model
         # no token: one line, exit 2, nothing deployed
         no_token = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}
-        proc = _serve_cli(tmp_path, no_token, *ARGS, "--address", cluster.address, "--port", str(free_port()))
+        proc = _serve_cli(tmp_path, no_token, *args, "--port", str(free_port()))
         line = _one_error_line(proc.stderr, "cluster_unreachable")
         assert proc.returncode == 2 and cluster.address in line and "RAY_AUTH_TOKEN" in line
         assert "Traceback" not in proc.stderr
 
         # the token: it serves, and stops leaving the cluster running with Serve's proxy on its port
-        first = start_server(
-            tmp_path, *ARGS, "--address", cluster.address, env={**env, **cluster.env}, timeout=300
-        )
+        first = start_server(tmp_path, *args, env={**env, **cluster.env}, timeout=300)
         port = int(first.url.rsplit(":", 1)[1])
         r = httpx.post(f"{first.url}/encode", json={"sentences": ["a dog on a table"]}, timeout=60)
         assert r.status_code == 200, r.text
@@ -68,15 +66,13 @@ def test_a_driver_on_a_token_auth_cluster(tmp_path: Path) -> None:
 
         # another port: refused, naming the port that Serve uses on this cluster
         other = free_port()
-        proc = _serve_cli(
-            tmp_path, {**env, **cluster.env}, *ARGS, "--address", cluster.address, "--port", str(other)
-        )
+        proc = _serve_cli(tmp_path, {**env, **cluster.env}, *args, "--port", str(other))
         line = _one_error_line(proc.stderr, "address_in_use")
         assert proc.returncode == 2 and f":{port}" in line and f"--port {port}" in line and str(other) in line
         assert "Traceback" not in proc.stderr
 
         # that port: it serves there
-        second = start_server(tmp_path, *ARGS, "--address", cluster.address, env={**env, **cluster.env},
+        second = start_server(tmp_path, *args, env={**env, **cluster.env},
                               timeout=300, port=port)  # fmt: skip
         deadline = time.monotonic() + 30  # /ready answers once the app runs, just before the driver logs it
         while f"serving on ray at http://127.0.0.1:{port}" not in second.log():
