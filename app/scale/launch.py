@@ -5,6 +5,10 @@ Without an address a local Ray instance is started inside this process (internal
 a small object store, no dashboard) and ends with it. With ``--address`` this process joins an existing
 cluster (``ray start --head`` on one machine, ``ray start --address=HEAD:6379`` on the others) and deletes
 its applications on exit, leaving the cluster running.
+
+Errors (CLI, exit 2, nothing deployed):
+
+└── ClusterUnreachableError  (cluster_unreachable)  --address names no cluster this process can join
 """
 
 from __future__ import annotations
