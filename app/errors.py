@@ -33,6 +33,7 @@ LnserveError
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
 ├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.batcher)
 ├── ShardUnavailableError      (shard_unavailable, 503)   a Ray gallery shard did not answer (app.scale)
+├── ClusterLostError           (cluster_lost)             serve --ray: the cluster went away (CLI, exit 1)
 ├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline: dropped (app.batcher)
 ├── ReloadFailedError          (reload_failed, 422)       the new version failed to load (app.registry)
 ├── ModelRenamedError          (model_renamed, 409)       the new version's manifest renames the model
@@ -193,6 +194,7 @@ HTTP_STATUSES: dict[str, int] = {
     "gallery_corrupt": 503,
     "storage_full": 507,
     "shard_unavailable": 503,
+    "cluster_lost": 503,  # serve --ray's driver, on the CLI only (app.scale.watch)
     "provider_unavailable": 503,
     "deadline_exceeded": 504,
 }

@@ -501,14 +501,32 @@ class ModelRegistry:
             ReloadFailedError: the new version cannot be read, verified or warmed (the old one serves on).
         """
         async with self._reload_lock:
-            old = self.get(name)
-            new = await self._load_version(old)
-            self.entries[name] = new  # requests from now on get the new version
-            log.info("model %s reloaded: sha256 %s -> %s", name, _sha(old), _sha(new))
-            task = asyncio.get_running_loop().create_task(self._retire(old), name=f"retire-{name}")
-            self._retiring.add(task)
-            task.add_done_callback(self._retiring.discard)
-            return new
+            return self.swap(name, await self.stage(name))
+
+    async def stage(self, name: str) -> ModelEntry:
+        """The first half of ``reload``: the new version loaded and warmed beside the serving one, not yet
+        served (``serve --ray`` stages on every replica before any swaps). Discard it with ``discard``.
+
+        Raises:
+            ModelNotFoundError: no model of that name.
+            ReloadFailedError: the new version cannot be read, verified or warmed.
+        """
+        return await self._load_version(self.get(name))
+
+    def swap(self, name: str, new: ModelEntry) -> ModelEntry:
+        """The second half of ``reload``: serve the staged ``new`` from now on and drain the old version."""
+        old = self.get(name)
+        self.entries[name] = new  # requests from now on get the new version
+        log.info("model %s reloaded: sha256 %s -> %s", name, _sha(old), _sha(new))
+        task = asyncio.get_running_loop().create_task(self._retire(old), name=f"retire-{name}")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+        return new
+
+    @staticmethod
+    async def discard(staged: ModelEntry) -> None:
+        """A staged version that will not be served: its worker thread stopped."""
+        await staged.batcher.close()
 
     async def _load_version(self, old: ModelEntry) -> ModelEntry:
         """A new, warmed-up entry for ``old``'s directory, or ReloadFailedError with the reason."""

@@ -8,7 +8,7 @@ re-converted or pulled into the volume), never a path from the request.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from lnserve.app.deps import RegistryDep, SettingsDep
 from lnserve.app.errors import ReloadDisabledError
@@ -27,13 +27,17 @@ router = APIRouter(tags=["models"])
         422: {"model": ErrorBody, "description": "reload_failed"},
     },
 )
-async def reload_model(name: str, registry: RegistryDep, settings: SettingsDep) -> ModelInfo:
+async def reload_model(
+    name: str, registry: RegistryDep, settings: SettingsDep, request: Request
+) -> ModelInfo:
     """Load the artifact now in the model's directory beside the serving version, warm it up, switch to it
-    atomically and drain the old version; on failure the old version serves on and the reason is returned."""
+    atomically and drain the old version; on failure the old version serves on and the reason is returned.
+    Under ``serve --ray`` every replica does so, or none (``app.state.reload``: ``scale.reload``)."""
     if settings.api_key is None and not settings.reload_without_key:
         raise ReloadDisabledError(
             "reload is an admin action and this server has no API key: set LNSERVE_API_KEY (then send "
             "Authorization: Bearer <key>), or LNSERVE_RELOAD_WITHOUT_KEY=true to allow it without one"
         )
-    entry = await registry.reload(name)
+    reload = getattr(request.app.state, "reload", None) or registry.reload
+    entry = await reload(name)
     return ModelInfo.model_validate(entry.describe(default=name == registry.default_name))

@@ -28,6 +28,7 @@ from lnserve.app.main import create_app
 from lnserve.app.registry import WARMUP_SENTENCE, ModelRegistry
 from lnserve.app.scale.galleries import ShardedGalleries
 from lnserve.app.scale.metrics import ClusterMetrics, local_families
+from lnserve.app.scale.reload import BROADCAST_TIMEOUT_S, ClusterReload, StagedVersions
 from lnserve.app.settings import Settings
 
 log = logging.getLogger("lnserve.scale")
@@ -123,6 +124,7 @@ class LnserveReplica:
         self.settings, self.topology = settings, topology
         self._lnserve_app: FastAPI | None = None
         self._self_handle: Any = None
+        self._staged: StagedVersions | None = None
         _json_logs(settings.log_level)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -130,6 +132,8 @@ class LnserveReplica:
         app.state.galleries = ShardedGalleries.connect(self.topology.shards)
         app.state.metrics = ClusterMetrics(app.state.metrics, self._handle)
         app.state.engine = self.engine_info
+        app.state.reload = ClusterReload(app.state.registry, self._broadcast)
+        self._staged = StagedVersions(app.state.registry)
         app.router.lifespan_context = _until_loaded(app.router.lifespan_context)
         app.add_middleware(ReplicaHeader, replica=_replica_id)
         self._lnserve_app = app
@@ -141,6 +145,24 @@ class LnserveReplica:
 
             self._self_handle = serve.get_deployment_handle(INGRESS_DEPLOYMENT, app_name=INGRESS_APP)
         return self._self_handle
+
+    async def _broadcast(self, method: str, *args: Any) -> list[Any]:
+        """``method`` on every replica of the deployment (this one included): results or exceptions."""
+        response = self._handle().broadcast(method, *args)
+        return await response.results_async(timeout_s=BROADCAST_TIMEOUT_S, return_exceptions=True)  # type: ignore[no-any-return]
+
+    # the two-phase reload (scale.reload): called on every replica by the coordinating one
+    async def stage_reload(self, token: str, name: str) -> tuple[str, Any]:
+        assert self._staged is not None
+        return await self._staged.stage(token, name)
+
+    async def commit_reload(self, token: str) -> str | None:
+        assert self._staged is not None
+        return await self._staged.commit(token)
+
+    async def abort_reload(self, token: str) -> None:
+        assert self._staged is not None
+        await self._staged.abort(token)
 
     async def check_health(self) -> None:
         if self._lnserve_app is not None:

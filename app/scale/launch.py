@@ -5,6 +5,10 @@ Without an address a local Ray instance is started inside this process (internal
 a small object store, no dashboard) and ends with it. With ``--address`` this process joins an existing
 cluster (``ray start --head`` on one machine, ``ray start --address=HEAD:6379`` on the others) and deletes
 its applications on exit, leaving the cluster running.
+
+Errors (CLI, exit 2, nothing deployed):
+
+└── ClusterUnreachableError  (cluster_unreachable)  --address names no cluster this process can join
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +26,7 @@ from lnserve.app.galleries.store import default_root
 from lnserve.app.scale.deployment import INGRESS_APP, INGRESS_DEPLOYMENT, LnserveReplica, Topology
 from lnserve.app.scale.proxy import CALLBACK as PROXY_CALLBACK
 from lnserve.app.scale.shards import GALLERIES_APP, GalleryShard, shard_name
+from lnserve.app.scale.watch import WATCH_PERIOD_S, ClusterLostError, ClusterWatch, exit_now, within
 from lnserve.app.settings import Settings
 from lnserve.converters.errors import UserInputError
 
@@ -68,6 +74,12 @@ class RayOptions:
             self.shards, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
             gpus_per_replica=gpus_per_replica,
         )  # fmt: skip
+
+
+class ClusterUnreachableError(UserInputError):
+    """``--address`` names no cluster this process can join (not running there, or not its token)."""
+
+    code = "cluster_unreachable"
 
 
 def wants_gpu(settings: Settings, cluster_gpus: float) -> bool:
@@ -129,7 +141,16 @@ def _start_ray(opts: RayOptions) -> None:
     import ray
 
     if opts.address:
-        ray.init(address=opts.address, namespace="lnserve", log_to_driver=True)
+        try:
+            ray.init(address=opts.address, namespace="lnserve", log_to_driver=True)
+        except Exception as exc:  # Ray's own message runs to many lines; the likely causes are ours to say
+            lines = str(exc).strip().splitlines()
+            raise ClusterUnreachableError(
+                f"cannot join the Ray cluster at {opts.address} ({type(exc).__name__}: "
+                f"{lines[0] if lines else 'no detail'}); is it running, and does this process have the "
+                "cluster's token (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN, or ~/.ray/auth_token; see "
+                "docs/scaling-out.md)?"
+            ) from None
         return
     n_replicas = opts.replicas or opts.max_replicas or 1
     needed = n_replicas * opts.replica_cpus + opts.shards * opts.shard_cpus
@@ -157,15 +178,30 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
     import ray
     from ray import serve
 
+    if not opts.address:  # the local proxy binds here: a taken port is a one-line error, before Ray starts
+        from lnserve.app.server import bind_socket
+
+        bind_socket(settings.host, settings.port).close()
     _start_ray(opts)
     stop = threading.Event()
+    serving = threading.Event()
+
+    def on_signal(*_: Any) -> None:
+        stop.set()
+        if not serving.is_set():  # still deploying: stop that too (the take-down below is bounded)
+            raise SystemExit(0)
+
     for sig in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs handlers of its own
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
+    _watch_cluster(ClusterWatch(ray.get_runtime_context().gcs_address), stop)
+    deployed = False
     try:
         gpus = 1.0 if wants_gpu(settings, ray.cluster_resources().get("GPU", 0.0)) else 0.0
         topology = opts.topology(gpus)
         root = Path(settings.galleries_dir).expanduser() if settings.galleries_dir else default_root()
         serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=QUIET)
+        _check_proxy_address(settings)
+        deployed = True
         serve.run(
             build_galleries_app(root, opts.shards, opts.shard_cpus, settings.scorer),
             name=GALLERIES_APP,
@@ -181,10 +217,45 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
             f"{topology.replicas} replicas" if topology.replicas else
             f"{topology.min_replicas}-{topology.max_replicas} replicas", opts.shards,
         )  # fmt: skip
+        serving.set()
         stop.wait()
         log.info("shutting down")
     finally:
-        _take_down(bool(opts.address))
+        budget = max(settings.drain_timeout_s, 1.0)
+        if not within(budget, lambda: _take_down(joined=bool(opts.address), deployed=deployed), "take-down"):
+            logging.shutdown()
+            # Ray's exit handlers would wait on the same calls; its local processes die with this one
+            os._exit(1 if sys.exc_info()[0] not in (None, SystemExit) else 0)
+
+
+def _watch_cluster(watch: ClusterWatch, stop: threading.Event) -> None:
+    """Until ``stop``, a lost cluster ends this process with one line and exit 1 (whatever it is doing)."""
+
+    def run() -> None:
+        while not stop.wait(WATCH_PERIOD_S):
+            why = watch.lost()
+            if why is not None:
+                exit_now(ClusterLostError(f"lost the Ray cluster: {why}; the service is down"))
+
+    threading.Thread(target=run, name="cluster-watch", daemon=True).start()
+
+
+def _check_proxy_address(settings: Settings) -> None:
+    """Serve runs one HTTP proxy address per cluster, set by whoever started Serve there first; a later
+    ``serve.start`` with another address is ignored (a warning), so this refuses rather than report an
+    address where nothing listens."""
+    from ray.serve.context import _get_global_client
+
+    from lnserve.app.server import AddressInUseError
+
+    http = _get_global_client().http_config
+    if (http.host, http.port) != (settings.host, settings.port):
+        raise AddressInUseError(
+            f"cannot serve on {settings.host}:{settings.port}: Ray Serve on this cluster already listens on "
+            f"{http.host}:{http.port} (one HTTP address per cluster); use --port {http.port}"
+            + (f" --host {http.host}" if http.host != settings.host else "")
+            + ", or run `serve shutdown` on the cluster first"
+        )
 
 
 def _install_demo_gallery(shards: int) -> None:
@@ -202,15 +273,16 @@ def _install_demo_gallery(shards: int) -> None:
         log.exception("could not install the demo gallery")
 
 
-def _take_down(joined: bool) -> None:
+def _take_down(*, joined: bool, deployed: bool) -> None:
+    """This server's applications deleted (a joined cluster keeps running), or the local instance ended."""
     import ray
     from ray import serve
 
     try:
-        if joined:
+        if joined and deployed:
             for app in (INGRESS_APP, GALLERIES_APP):
                 serve.delete(app)
-        else:
+        elif not joined:
             serve.shutdown()
     finally:
         ray.shutdown()

@@ -50,10 +50,11 @@ def start_server(
     wait_ready: bool = True,
     timeout: float = 120.0,
     prefix: Sequence[str] = (),
+    port: int | None = None,
 ) -> LiveServer:
-    """Start ``lnserve serve --port <free>`` with ``args``; settings through ``env`` (LNSERVE_*); ``prefix``:
-    a command that runs the server (e.g. in its own mount namespace), ending in its exec."""
-    port = free_port()
+    """Start ``lnserve serve --port <free or port>`` with ``args``; settings through ``env`` (LNSERVE_*);
+    ``prefix``: a command that runs the server (e.g. in its own mount namespace), ending in its exec."""
+    port = port or free_port()
     log_path = tmp / f"server-{port}.log"
     full_env = {
         **os.environ,

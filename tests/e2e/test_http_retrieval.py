@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ import pytest
 
 from lnserve.app.runtime.scoring import order_violation
 from tests.conftest import LEGACY, OE_MODELS, golden, inputs
-from tests.e2e.engines import ENGINES, engine_args, start_timeout
+from tests.e2e.engines import ENGINES, RAY_CLUSTER, engine_args, start_timeout
+from tests.e2e.ray_cluster import driver_args, ray_cluster
 from tests.e2e.server import LiveServer, start_server
 
 TOL = 1e-5
@@ -30,20 +32,20 @@ IMAGES = np.load(LEGACY / "order_embedding" / "images.npy")  # (12, 20) CNN feat
 CAPTIONS: list[str] = inputs()["order_embedding"]["captions"]  # 40, whitespace-tokenised
 
 
-@pytest.fixture(scope="module", params=ENGINES)
+@pytest.fixture(scope="module", params=[*ENGINES, RAY_CLUSTER])
 def server(
     request: pytest.FixtureRequest, artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
     models = [a for n in (*OE_MODELS, "skipthoughts_gru") for a in ("--models", str(artifacts[n]))]
-    srv = start_server(
-        tmp_path_factory.mktemp("retrieval"),
-        *engine_args(request.param),
-        *models,
-        env={"LNSERVE_API_KEY": KEY},
-        timeout=start_timeout(request.param),
-    )
-    yield srv
-    srv.stop()
+    tmp = tmp_path_factory.mktemp("retrieval")
+    with ExitStack() as stack:
+        args, env = [*engine_args(request.param), *models], {"LNSERVE_API_KEY": KEY}
+        if request.param == "ray-cluster":  # the command of docs/scaling-out.md
+            cluster = stack.enter_context(ray_cluster(tmp))
+            args, env = driver_args(cluster.address, models[1::2]), {**env, **cluster.env}
+        srv = start_server(tmp, *args, env=env, timeout=start_timeout(request.param))
+        yield srv
+        srv.stop()
 
 
 @pytest.fixture(scope="module")
