@@ -21,9 +21,9 @@ def kfold(n: int, k: int, *, shuffle_seed: int | None = None) -> list[tuple[np.n
     sizes[: n % k] += 1
     out, start = [], 0
     for size in sizes:
-        test = idx[start : start + size]
-        train = np.concatenate([idx[:start], idx[start + size :]])
-        out.append((train, test))
+        mask = np.zeros(n, dtype=bool)
+        mask[idx[start : start + size]] = True
+        out.append((np.flatnonzero(~mask), np.flatnonzero(mask)))  # as the old iterator: via a mask, sorted
         start += size
     return out
 
