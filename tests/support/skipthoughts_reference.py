@@ -21,7 +21,7 @@ class OldKFold:
         if shuffle:
             np.random.RandomState(random_state).shuffle(self.idxs)
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         fold_sizes = (self.n // self.n_folds) * np.ones(self.n_folds, dtype=int)
         fold_sizes[: self.n % self.n_folds] += 1
         current = 0
@@ -34,7 +34,7 @@ class OldKFold:
             current = stop
 
 
-def old_logreg(c: float, multiclass: bool = False):  # noqa: ANN201
+def old_logreg(c: float, multiclass: bool = False):
     clf = LogisticRegression(C=c, solver="liblinear")
     return OneVsRestClassifier(clf) if multiclass else clf
 

@@ -51,7 +51,7 @@ def test_sick_relatedness_and_entailment_columns(data: Path) -> None:
     r_train, r_trial, r_test = ds.read_sick(data, "sick-r")
     e_train, _, _ = ds.read_sick(data, "sick-e")
     assert (len(r_train.y), len(r_trial.y), len(r_test.y)) == (200, 60, 120)
-    assert r_train.y.dtype == np.float64 and 1.0 <= r_train.y.min() and r_train.y.max() <= 5.0
+    assert r_train.y.dtype == np.float64 and r_train.y.min() >= 1.0 and r_train.y.max() <= 5.0
     assert set(e_train.y.tolist()) <= {0, 1, 2} and r_train.a == e_train.a
 
 

@@ -3,6 +3,7 @@ skipthoughts_reference.py): fold boundaries, shuffles, C selection, label encodi
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def test_shuffle_is_randomstate_shuffle_and_sklearn_utils_shuffle() -> None:
 
 def test_first_best_c_wins_ties() -> None:
     assert folds.best_index([0.5, 0.7, 0.7, 0.6]) == 1
-    assert folds.C_GRID == tuple(float(2**t) for t in range(9))
+    assert tuple(float(2**t) for t in range(9)) == folds.C_GRID
 
 
 def _features(n: int, d: int, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -159,7 +160,7 @@ def test_training_goes_on_while_the_trial_r_rises() -> None:
         max_rounds=4,
         on_round=lambda _n, r: rounds.append(r),
     )
-    assert len(rounds) == 4 and all(b > a for a, b in zip(rounds, rounds[1:], strict=False))
+    assert len(rounds) == 4 and all(b > a for a, b in itertools.pairwise(rounds))
     kept = np.corrcoef(expected_score(predict(x[:100])), target[:100])[0, 1]
     assert kept == pytest.approx(rounds[-1], abs=1e-6)
 
