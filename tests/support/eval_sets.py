@@ -114,9 +114,9 @@ def write_sts14(directory: Path, n: int = 40, seed: int = 4) -> None:
         _write(directory / f"STS.gs.{name}.txt", gold)
 
 
-def write_all(directory: Path) -> Path:
+def write_all(directory: Path, binary_n: int = 120) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    write_binary(directory)
+    write_binary(directory, n=binary_n)
     write_trec(directory)
     write_msrp(directory)
     write_sick(directory)
