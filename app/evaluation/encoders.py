@@ -1,4 +1,4 @@
-"""Sentence encoders for the protocols: a local model (``Engine``) or a running server's ``POST /encode``."""
+"""The protocols' sentence encoder over a local model (``Engine``); ``http_encoder`` has the server one."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ class EngineEncoder:
     def name(self) -> str:
         return self.engine.artifact.name
 
-    def __call__(self, texts: Sequence[str], *, eos: bool, what: str = "sentences") -> np.ndarray:
+    def __call__(self, texts: Sequence[str], *, eos: bool | None, what: str = "sentences") -> np.ndarray:
+        eos = self.engine.defaults["eos"] if eos is None else eos
         out = np.zeros((len(texts), self.engine.output_dim), dtype=np.float32)
         empty = [i for i, t in enumerate(texts) if not eos and not self.tokenize(t)]
         rest = sorted(set(range(len(texts))) - set(empty))
@@ -43,38 +44,3 @@ class EngineEncoder:
                 out[empty] = self.engine.encode_sentences(["" for _ in empty], eos=True)
                 advance(len(empty))
         return out
-
-
-class HttpEncoder:
-    """The same through a running ``lnserve serve``: batches of sentences to ``POST /encode``."""
-
-    def __init__(
-        self, url: str, model: str | None = None, batch_size: int = 256, timeout: float = 300.0
-    ) -> None:
-        import httpx
-
-        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
-        self.model, self.batch_size = model, batch_size
-
-    @property
-    def name(self) -> str:
-        return self.model or "default"
-
-    def __call__(self, texts: Sequence[str], *, eos: bool, what: str = "sentences") -> np.ndarray:
-        import base64
-
-        chunks = []
-        for start in range(0, len(texts), self.batch_size):
-            body = {
-                "sentences": list(texts[start : start + self.batch_size]),
-                "eos": eos,
-                "encoding": "base64",
-            }
-            if self.model is not None:
-                body["model"] = self.model
-            resp = self.client.post("/encode", json=body)
-            if resp.status_code != 200:
-                raise RuntimeError(f"POST /encode answered {resp.status_code}: {resp.text[:300]}")
-            data = resp.json()
-            chunks += [np.frombuffer(base64.b64decode(v), dtype="<f4") for v in data["vectors"]]
-        return np.stack(chunks).astype(np.float32)
