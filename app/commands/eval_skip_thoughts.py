@@ -45,6 +45,9 @@ def skip_thoughts(
     fast: Annotated[
         bool, typer.Option("--fast", help="A first look: C by one inner split, fits batched in torch.")
     ] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", min=1, help="Threads for the independent liblinear fits (same scores).")
+    ] = 1,
     backend: BackendOpt = DEFAULT_BACKEND,
 ) -> None:
     """MR, CR, SUBJ, MPQA, TREC, MSRP, SICK-R as the skip-thoughts scripts ran them; SICK-E, STS14 as
@@ -62,7 +65,7 @@ def skip_thoughts(
     for t in tasks:  # every file is checked before a model loads or anything is encoded
         check_task_files(t, data, fast=fast)
     encoder = EngineEncoder.open(model, backend=backend, bar=progress_bar)
-    ctx = Context(encode=encoder, data=data, seed=seed, fast=fast, bar=progress_bar)
+    ctx = Context(encode=encoder, data=data, seed=seed, fast=fast, bar=progress_bar, jobs=jobs)
     start = time.perf_counter()
     results: dict[str, Any] = {}
     for t in tasks:

@@ -56,14 +56,20 @@ class Problem:
 
 
 def fit_batched(
-    x: np.ndarray, y: np.ndarray, problems: Sequence[Problem], classes: np.ndarray, *, max_iter: int = 300
+    x: np.ndarray,
+    y: np.ndarray,
+    problems: Sequence[Problem],
+    classes: np.ndarray,
+    *,
+    max_iter: int = 300,
+    device: str | None = None,
 ) -> np.ndarray:
     """Weights ``(P, K, d+1)`` minimising each problem's liblinear objective (one-vs-rest per class, K = 1
     for two classes), all problems in one L-BFGS run: each objective is scaled by ``1/(C n)`` so that one
     line search suits them all; the minimisers are unchanged because the problems are separable."""
     import torch
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     xs = torch.as_tensor(np.c_[x, np.ones(len(x))], dtype=torch.float32, device=device)
     k = 1 if len(classes) == 2 else len(classes)
     target = classes[1:] if k == 1 else classes

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -45,6 +45,7 @@ class Context:
     seed: int = 1234
     fast: bool = False
     bar: Bar = field(default=no_bar)
+    jobs: int = 1  # threads for independent liblinear fits (faithful mode)
 
 
 def run_task(task: str, ctx: Context) -> dict[str, Any]:
@@ -82,25 +83,56 @@ def binary(ctx: Context, task: str) -> dict[str, Any]:
 
 
 def nested_kfold(x: np.ndarray, y: np.ndarray, ctx: Context, task: str) -> tuple[list[float], list[float]]:
-    """Outer 10 contiguous folds; per fold, C by the mean accuracy of 10 contiguous inner folds."""
+    """Outer 10 contiguous folds; per fold, C by the mean accuracy of 10 contiguous inner folds.
+
+    The 900 inner fits are independent, so ``ctx.jobs`` threads run them (liblinear releases the GIL);
+    each fit is deterministic, so the scores do not depend on ``jobs``."""
     outer = kfold(len(x), K)
-    scores, chosen = [], []
-    with ctx.bar(f"{task}: fitting (nested 10-fold, 9 C)", len(outer) * (len(C_GRID) * K + 1)) as advance:
-        for train, test in outer:
-            xtr, ytr = x[train], y[train]
-            inner = kfold(len(xtr), K)
-            scan = []
-            for c in C_GRID:
-                accs = []
-                for itr, ite in inner:
-                    accs.append(fit_liblinear(xtr[itr], ytr[itr], c).score(xtr[ite], ytr[ite]))
-                    advance(1)
-                scan.append(float(np.mean(accs)))
-            c = C_GRID[best_index(scan)]
-            scores.append(float(fit_liblinear(xtr, ytr, c).score(x[test], y[test])))
-            chosen.append(c)
-            advance(1)
+    inner = [kfold(len(train), K) for train, _ in outer]
+    jobs = [(f, j, i) for f in range(len(outer)) for j in range(len(C_GRID)) for i in range(K)]
+
+    def inner_fit(job: tuple[int, int, int]) -> float:
+        f, j, i = job
+        train = outer[f][0]
+        itr, ite = inner[f][i]
+        clf = fit_liblinear(x[train[itr]], y[train[itr]], C_GRID[j])
+        return float(clf.score(x[train[ite]], y[train[ite]]))
+
+    with ctx.bar(f"{task}: fitting (nested 10-fold, 9 C)", len(jobs) + len(outer)) as advance:
+        accs = np.array(parallel_map(inner_fit, jobs, ctx.jobs, advance)).reshape(len(outer), len(C_GRID), K)
+        chosen = [C_GRID[best_index([float(np.mean(a)) for a in fold])] for fold in accs]
+
+        def outer_fit(f: int) -> float:
+            train, test = outer[f]
+            return float(fit_liblinear(x[train], y[train], chosen[f]).score(x[test], y[test]))
+
+        scores = parallel_map(outer_fit, list(range(len(outer))), ctx.jobs, advance)
     return scores, chosen
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def parallel_map(
+    fn: Callable[[T], R], items: Sequence[T], jobs: int, advance: Callable[[int], None]
+) -> list[R]:
+    """``map`` in order over ``jobs`` threads, advancing the progress bar as each item finishes."""
+    if jobs <= 1:
+        out = []
+        for item in items:
+            out.append(fn(item))
+            advance(1)
+        return out
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(item: T) -> R:
+        result = fn(item)
+        advance(1)
+        return result
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, items))
 
 
 def fast_nested(x: np.ndarray, y: np.ndarray, ctx: Context, task: str) -> tuple[list[float], list[float]]:
@@ -158,16 +190,15 @@ def cv_choose_c(
             for j in range(len(C_GRID))
         ]
     else:
-        scan = []
-        with ctx.bar(
-            f"{task}: cross-validating ({len(folds)}-fold, 9 C)", len(C_GRID) * len(folds)
-        ) as advance:
-            for c in C_GRID:
-                vals = []
-                for tr, te in folds:
-                    vals.append(metric(y[te], fit_liblinear(x[tr], y[tr], c).predict(x[te])))
-                    advance(1)
-                scan.append(float(np.mean(vals)))
+        pairs = [(c, fold) for c in C_GRID for fold in folds]
+
+        def fit_one(pair: tuple[float, tuple[np.ndarray, np.ndarray]]) -> float:
+            c, (tr, te) = pair
+            return metric(y[te], fit_liblinear(x[tr], y[tr], c).predict(x[te]))
+
+        with ctx.bar(f"{task}: cross-validating ({len(folds)}-fold, 9 C)", len(pairs)) as advance:
+            vals = np.array(parallel_map(fit_one, pairs, ctx.jobs, advance)).reshape(len(C_GRID), len(folds))
+        scan = [float(np.mean(v)) for v in vals]
     return C_GRID[best_index(scan)], scan
 
 

@@ -66,8 +66,9 @@ class ArrayEncoder:
         return np.stack([self.table[t] for t in texts])
 
 
-def test_nested_cv_equals_the_original_loop(tmp_path: Path) -> None:
-    """MR end to end on known vectors: shuffle, outer/inner folds, C per fold, accuracy."""
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_nested_cv_equals_the_original_loop(tmp_path: Path, jobs: int) -> None:
+    """MR end to end on known vectors: shuffle, outer/inner folds, C per fold, accuracy (threads or not)."""
     eval_sets.write_binary(tmp_path, n=40)
     from lnserve.app.evaluation.datasets import read_binary
 
@@ -76,7 +77,7 @@ def test_nested_cv_equals_the_original_loop(tmp_path: Path) -> None:
     x[:, 0] = np.where(data.labels == 1, 0.6, -0.6) + x[:, 0]  # informative but noisy
     table = dict(zip(data.texts, x, strict=False))
     vectors = np.stack([table[t] for t in data.texts])  # duplicates keep one vector, as the lookup does
-    result = protocols.binary(protocols.Context(ArrayEncoder(table), tmp_path), "mr")
+    result = protocols.binary(protocols.Context(ArrayEncoder(table), tmp_path, jobs=jobs), "mr")
     texts, labels = ref.shuffle_data(data.texts, data.labels)
     expected = ref.eval_nested_kfold(np.stack([table[t] for t in texts]), labels)
     assert result["fold_acc"] == pytest.approx([100 * s for s in expected], abs=1e-9)
