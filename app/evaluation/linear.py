@@ -34,17 +34,19 @@ def liblinear(c: float):
 
 
 def fit_liblinear(x: np.ndarray, y: np.ndarray, c: float):
-    if len(np.unique(y)) > 2:
-        from sklearn.multiclass import OneVsRestClassifier
+    """Fit as the scripts did. liblinear stopping at ``max_iter`` (as it could then) is not an error here:
+    its ConvergenceWarning would print once per fit, hundreds of times per task."""
+    import warnings
 
-        return OneVsRestClassifier(liblinear(c)).fit(x, y)
-    return liblinear(c).fit(x, y)
+    from sklearn.exceptions import ConvergenceWarning
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        if len(np.unique(y)) > 2:
+            from sklearn.multiclass import OneVsRestClassifier
 
-def liblinear_accuracy(
-    x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, c: float
-) -> float:
-    return float(fit_liblinear(x, y, c).score(test_x, test_y))
+            return OneVsRestClassifier(liblinear(c)).fit(x, y)
+        return liblinear(c).fit(x, y)
 
 
 @dataclass(frozen=True)
