@@ -339,11 +339,12 @@ def sick_r(ctx: Context) -> dict[str, Any]:
 # -- SentEval: SICK entailment and STS14 ------------------------------------------------------------------
 def sick_e(ctx: Context) -> dict[str, Any]:
     """SentEval ``SICKEntailmentEval`` with ``usepytorch=False``: |u-v|, u*v; C in 2^-2..2^3 by trial
-    accuracy (rounded to 0.01 %, first best); test accuracy."""
+    accuracy (rounded to 0.01 %, first best); test accuracy. Sentences encoded with ``<eos>``, as SentEval's
+    ``examples/skipthought.py`` batcher does (``use_eos=True``)."""
     train, trial, test = ds.read_sick(ctx.data, "sick-e")
 
     def features(p: ds.Pairs, what: str) -> np.ndarray:
-        va, vb = ctx.encode(p.a, eos=False, what=f"{what} A"), ctx.encode(p.b, eos=False, what=f"{what} B")
+        va, vb = ctx.encode(p.a, eos=True, what=f"{what} A"), ctx.encode(p.b, eos=True, what=f"{what} B")
         return np.c_[np.abs(va - vb), va * vb]
 
     xtr, xdev, xte = features(train, "sick train"), features(trial, "sick trial"), features(test, "sick test")
@@ -366,15 +367,16 @@ def sick_e(ctx: Context) -> dict[str, Any]:
 
 
 def sts14(ctx: Context) -> dict[str, Any]:
-    """SentEval ``STS14Eval``: cosine similarity, Pearson and Spearman per set, mean and size-weighted."""
+    """SentEval ``STS14Eval``: cosine similarity, Pearson and Spearman per set, mean and size-weighted;
+    ``<eos>`` on, as SentEval's skip-thoughts batcher."""
     from scipy.stats import pearsonr, spearmanr
 
     sets = ds.read_sts14(ctx.data)
     per: dict[str, dict[str, float]] = {}
     for name, p in sets.items():
         va, vb = (
-            ctx.encode(p.a, eos=False, what=f"sts14 {name} A"),
-            ctx.encode(p.b, eos=False, what=f"sts14 {name} B"),
+            ctx.encode(p.a, eos=True, what=f"sts14 {name} A"),
+            ctx.encode(p.b, eos=True, what=f"sts14 {name} B"),
         )
         va, vb = np.nan_to_num(va.astype(np.float64)), np.nan_to_num(vb.astype(np.float64))
         norms = np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1)

@@ -22,9 +22,9 @@ READERS = {
 
 def check_task_files(task: str, directory: Path, *, fast: bool) -> None:
     READERS[task](directory)
-    needs = ["scipy"] if fast or task == "sts14" else ["scipy", "sklearn"]
-    if task not in ("sick-r", "sts14") and fast:
-        needs = []
+    needs = ["scipy"] if task in ("sick-r", "sts14") else []  # correlations
+    if not fast and task not in ("sick-r", "sts14"):
+        needs.append("sklearn")  # liblinear (the fast mode fits with torch)
     for module in needs:
         try:
             __import__(module)

@@ -54,8 +54,8 @@ PROTOCOLS = {
     "trec": "eval_trec: coarse labels, shuffled train, 10-fold CV on C=2^0..2^8, liblinear one-vs-rest",
     "msrp": "eval_msrp: |u-v|, u*v + 6 number features, shuffled 10-fold CV on F1, C=2^0..2^8, test acc/F1",
     "sick-r": "eval_sick: use_eos, |u-v|, u*v, Tree-LSTM 5 classes, softmax + Adam, early stop on trial r",
-    "sick-e": "SentEval SICKEntailment (sklearn): |u-v|, u*v, C=2^-2..2^3 by trial acc, test acc",
-    "sts14": "SentEval STS14: cosine, Pearson/Spearman per set, mean (and size-weighted)",
+    "sick-e": "SentEval SICKEntailment (sklearn), use_eos: |u-v|, u*v, C=2^-2..2^3 by trial acc",
+    "sts14": "SentEval STS14, use_eos: cosine, Pearson/Spearman per set, mean (and size-weighted)",
 }
 FAST_NOTE = (
     "fast mode: C by one inner split, all fits of a stage in one torch L-BFGS run; SICK-R 10 epochs/check"
