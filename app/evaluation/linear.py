@@ -63,7 +63,7 @@ def fit_batched(
     problems: Sequence[Problem],
     classes: np.ndarray,
     *,
-    max_iter: int = 300,
+    max_iter: int = 200,
     device: str | None = None,
 ) -> np.ndarray:
     """Weights ``(P, K, d+1)`` minimising each problem's liblinear objective (one-vs-rest per class, K = 1
@@ -90,7 +90,7 @@ def fit_batched(
     opt = torch.optim.LBFGS(
         [params],
         max_iter=max_iter,
-        tolerance_grad=1e-7,
+        tolerance_grad=1e-6,
         tolerance_change=1e-10,
         history_size=20,
         line_search_fn="strong_wolfe",

@@ -58,7 +58,8 @@ PROTOCOLS = {
     "sts14": "SentEval STS14, use_eos: cosine, Pearson/Spearman per set, mean (and size-weighted)",
 }
 FAST_NOTE = (
-    "fast mode: C by one inner split, all fits of a stage in one torch L-BFGS run; SICK-R 10 epochs/check"
+    "fast mode: C chosen once on one split and used for every fold; the fits of a stage in one torch "
+    "L-BFGS run; SICK-R checks the trial r every 10 epochs"
 )
 
 
