@@ -7,13 +7,17 @@ import numpy as np
 C_GRID = tuple(2.0**t for t in range(9))  # ``[2**t for t in range(0, 9, 1)]``
 
 
+class TooFewItems(ValueError):
+    """A set too small for its folds (the original KFold refused it too)."""
+
+
 def kfold(n: int, k: int, *, shuffle_seed: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """``sklearn.cross_validation.KFold(n, n_folds=k)``: contiguous folds, the first ``n % k`` one longer.
 
     Without ``shuffle`` the old KFold ignored ``random_state`` (the classification and TREC scripts pass one
     anyway); with ``shuffle_seed`` (MSRP) the indices are shuffled once by ``RandomState(seed).shuffle``."""
     if not 2 <= k <= n:
-        raise ValueError(f"cannot split {n} items into {k} folds")
+        raise TooFewItems(f"{n} items cannot be split into {k} folds")
     idx = np.arange(n)
     if shuffle_seed is not None:
         np.random.RandomState(shuffle_seed).shuffle(idx)

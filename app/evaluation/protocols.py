@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from lnserve.app.evaluation import datasets as ds
-from lnserve.app.evaluation.folds import C_GRID, best_index, kfold, shuffled_order
+from lnserve.app.evaluation.folds import C_GRID, TooFewItems, best_index, kfold, shuffled_order
 from lnserve.app.evaluation.linear import Problem, fit_batched, fit_liblinear, predict_batched
 
 TASKS = ("sick-r", "sick-e", "mr", "cr", "subj", "mpqa", "trec", "msrp", "sts14")
@@ -60,7 +60,10 @@ def run_task(task: str, ctx: Context) -> dict[str, Any]:
         "sick-e": sick_e,
         "sts14": sts14,
     }
-    return runners[task](ctx)
+    try:
+        return runners[task](ctx)
+    except TooFewItems as exc:
+        raise ds.EvalDataError(f"task {task}: the files in {ctx.data} are too small: {exc}") from None
 
 
 # -- MR, CR, SUBJ, MPQA: eval_classification.eval_nested_kfold -----------------------------------------

@@ -163,3 +163,10 @@ def test_unknown_task_and_missing_data_dir(demo: Path, tmp_path: Path) -> None:
         "eval", "skip-thoughts", "--model", str(demo), "--task", "mr", "--data", str(tmp_path / "no")
     )
     assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+def test_a_set_too_small_for_ten_folds_is_bad_data(demo: Path, tmp_path: Path) -> None:
+    for name in ("train_5500.label", "TREC_10.label"):
+        (tmp_path / name).write_bytes(b"DESC:manner how is it ?\nNUM:count how many are there ?\n")
+    proc = run_cli("eval", "skip-thoughts", "--model", str(demo), "--task", "trec", "--data", str(tmp_path))
+    assert proc.returncode == 2 and "10 folds" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
