@@ -51,7 +51,7 @@ def write_mr(directory: Path, n: int) -> list[str]:
     return pos + neg
 
 
-def combine_skip_like(texts: Sequence[str], seed: int = 0, signal: float = 0.06) -> dict[str, np.ndarray]:
+def combine_skip_like(texts: Sequence[str], seed: int = 0, signal: float = 0.015) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     direction = rng.normal(size=UNI + BI)
     vecs = rng.normal(size=(len(texts), UNI + BI)).astype(np.float32)
