@@ -257,9 +257,9 @@ def f1(y: np.ndarray, yhat: np.ndarray) -> float:
 
 
 def _tokenised(texts: Sequence[str]) -> list[str]:
-    from lnserve.models.tokenize import treebank_tokens
+    from lnserve.models.tokenize import word_tokenize
 
-    return [" ".join(treebank_tokens(t)) for t in texts]  # the loader's ' '.join(word_tokenize(s))
+    return [" ".join(word_tokenize(t)) for t in texts]  # the loader's ' '.join(word_tokenize(s))
 
 
 def _pair_features(ctx: Context, pairs: ds.Pairs, what: str) -> np.ndarray:
