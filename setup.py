@@ -12,7 +12,7 @@ from setuptools import Extension, find_packages, setup
 
 SUBPACKAGES = ("app", "models", "converters")
 
-packages = ["lnserve"]
+packages = ["lnserve", "lnserve.eval"]  # lnserve.eval: public names for outside tools (SentEval)
 package_dir = {"lnserve": "lnserve"}
 for root in SUBPACKAGES:
     package_dir[f"lnserve.{root}"] = root

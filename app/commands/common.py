@@ -165,7 +165,7 @@ def stderr_progress(*middle: ProgressColumn) -> Progress:
 
 
 @contextmanager
-def progress_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
+def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
     """One counted task on ``stderr_progress``; yields ``advance(n)``."""
     from rich.progress import MofNCompleteColumn
 

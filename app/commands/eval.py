@@ -1,4 +1,7 @@
-"""``lnserve eval``: the order-embedding paper's retrieval protocol (spec §8) on captions + image features."""
+"""``lnserve eval``: the order-embedding paper's retrieval protocol (spec §8) on captions + image features.
+
+``lnserve eval`` is a group that runs the retrieval protocol when no subcommand is named (its options as
+before), so ``lnserve eval skip-thoughts`` (``eval_skip_thoughts``) sits beside it."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer._click.exceptions import MissingParameter
 
 from lnserve.app.commands.common import BackendOpt, check_output, load_matrix, read_lines, save_text
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
@@ -16,15 +20,30 @@ from lnserve.converters.errors import UserInputError
 
 
 def evaluate(
-    model: Annotated[Path, typer.Option("--model", help="Order-embedding model artifact directory.")],
-    captions: Annotated[Path, typer.Option("--captions", help="UTF-8 text, 5 captions per image, in order.")],
-    images: Annotated[Path, typer.Option("--images", help="Image features .npy (N x dim_image).")],
+    ctx: typer.Context,
+    model: Annotated[
+        Path | None, typer.Option("--model", help="Order-embedding model artifact directory.")
+    ] = None,
+    captions: Annotated[
+        Path | None, typer.Option("--captions", help="UTF-8 text, 5 captions per image, in order.")
+    ] = None,
+    images: Annotated[
+        Path | None, typer.Option("--images", help="Image features .npy (N x dim_image).")
+    ] = None,
     folds: Annotated[int, typer.Option("--folds", min=1, help="Folds of 1,000 images / 5,000 captions.")] = 5,
     pretokenized: Annotated[bool, typer.Option(help="Split on whitespace only (the original).")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON.")] = None,
     backend: BackendOpt = DEFAULT_BACKEND,
 ) -> None:
-    """R@1/5/10, medr and meanr for caption->image and image->caption, per fold and averaged."""
+    """R@1/5/10, medr and meanr for caption->image and image->caption, per fold and averaged.
+
+    `lnserve eval skip-thoughts ...` runs the skip-thoughts papers' protocols instead."""
+    if ctx.invoked_subcommand is not None:
+        return
+    for value, flag in ((model, "--model"), (captions, "--captions"), (images, "--images")):
+        if value is None:
+            raise MissingParameter(ctx=ctx, param_hint=f"'{flag}'", param_type="option")
+    assert model is not None and captions is not None and images is not None
     from lnserve.app.runtime.engine import Engine
     from lnserve.app.runtime.evaluation import CAPTIONS_PER_IMAGE as CPI
     from lnserve.app.runtime.evaluation import i2t, mean_stats, plan_folds, t2i
@@ -85,4 +104,9 @@ def _print_table(result: dict[str, Any]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval")(evaluate)
+    from lnserve.app.commands import eval_skip_thoughts
+
+    group = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+    group.callback()(evaluate)
+    eval_skip_thoughts.register(group)
+    app.add_typer(group, name="eval")

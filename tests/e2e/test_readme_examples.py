@@ -46,6 +46,7 @@ README = ROOT / "README.md"
 # pages whose examples need files of their own, run by their own test (with these helpers) instead
 OWN_RUNNER = {
     "skip-thoughts-training.md": "tests/e2e/test_docs_skip_thoughts_training.py",
+    "evaluation.md": "tests/e2e/test_evaluation_docs.py",
 }
 PAGES = [README, *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in OWN_RUNNER)]
 

@@ -106,6 +106,8 @@ BELOW_APP = ("lnserve.app.runtime", "lnserve.converters", "lnserve.models")
         ("lnserve.app.schemas", ("lnserve.app.schemas", "lnserve.app.galleries", *BELOW_APP)),
         ("lnserve.app.training", ("lnserve.app.training", *BELOW_APP)),
         ("lnserve.app.pull", ("lnserve.app.pull", *BELOW_APP)),
+        ("lnserve.app.evaluation", ("lnserve.app.evaluation", *BELOW_APP)),
+        ("lnserve.eval", ("lnserve.eval", "lnserve.app.evaluation", *BELOW_APP)),
     ],
 )
 def test_app_packages_import_only_what_is_below_them(package: str, allowed: tuple[str, ...]) -> None:

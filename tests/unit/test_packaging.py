@@ -23,6 +23,7 @@ def test_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
     assert top_level == {"lnserve"}
     for sub in ("app", "models", "converters"):
         assert f"lnserve/{sub}/__init__.py" in names
+    assert "lnserve/eval/senteval.py" in names  # the public SentEval adapter (lnserve.eval.senteval)
     assert "lnserve/app/demo_model/weights.safetensors" in names  # the embedded demo travels with the package
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "lnserve = lnserve.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -1,0 +1,102 @@
+"""The results table: the model's scores beside the published rows (issue 21), protocol and seed on top."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (task, metric key, label, scale for display)
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("sick-r", "r", "SICK-R Pearson r"),
+    ("sick-r", "rho", "SICK-R Spearman rho"),
+    ("sick-r", "mse", "SICK-R MSE"),
+    ("sick-e", "acc", "SICK-E acc %"),
+    ("mr", "acc", "MR acc %"),
+    ("cr", "acc", "CR acc %"),
+    ("subj", "acc", "SUBJ acc %"),
+    ("mpqa", "acc", "MPQA acc %"),
+    ("trec", "acc", "TREC acc %"),
+    ("msrp", "acc", "MSRP acc %"),
+    ("msrp", "f1", "MSRP F1 %"),
+    ("sts14", "pearson", "STS14 Pearson (mean)"),
+    ("sts14", "spearman", "STS14 Spearman (mean)"),
+)
+
+PUBLISHED: dict[str, dict[str, float]] = {
+    "combine-skip (skip-thoughts paper)": {
+        "sick-r.r": 0.8585,
+        "sick-r.rho": 0.7916,
+        "sick-r.mse": 0.2687,
+        "mr.acc": 76.5,
+        "cr.acc": 80.1,
+        "subj.acc": 93.6,
+        "mpqa.acc": 87.1,
+        "trec.acc": 92.2,
+        "msrp.acc": 75.8,
+        "msrp.f1": 83.0,
+    },
+    "LN skip-thoughts, 1 month (layer-norm paper)": {
+        "sick-r.r": 0.858,
+        "sick-r.mse": 0.270,
+        "mr.acc": 79.4,
+        "cr.acc": 83.1,
+        "subj.acc": 93.7,
+        "mpqa.acc": 89.3,
+        "trec.acc": 88.4,
+    },
+}
+
+NESTED = "eval_classification: RandomState(seed) shuffle, nested 10-fold (contiguous), C=2^0..2^8, liblinear"
+PROTOCOLS = {
+    "mr": NESTED,
+    "cr": NESTED,
+    "subj": NESTED,
+    "mpqa": NESTED,
+    "trec": "eval_trec: coarse labels, shuffled train, 10-fold CV on C=2^0..2^8, liblinear one-vs-rest",
+    "msrp": "eval_msrp: |u-v|, u*v + 6 number features, shuffled 10-fold CV on F1, C=2^0..2^8, test acc/F1",
+    "sick-r": "eval_sick: use_eos, |u-v|, u*v, Tree-LSTM 5 classes, softmax + Adam, early stop on trial r",
+    "sick-e": "SentEval SICKEntailment (sklearn), use_eos: |u-v|, u*v, C=2^-2..2^3 by trial acc",
+    "sts14": "SentEval STS14, use_eos: cosine, Pearson/Spearman per set, mean (and size-weighted)",
+}
+FAST_NOTE = (
+    "fast mode: C chosen once on one split and used for every fold; the fits of a stage in one torch "
+    "L-BFGS run; SICK-R checks the trial r every 10 epochs"
+)
+
+
+def build(
+    model: str, seed: int, fast: bool, results: dict[str, dict[str, Any]], seconds: float
+) -> dict[str, Any]:
+    return {
+        "model": model,
+        "mode": "fast" if fast else "faithful",
+        "seed": seed,
+        "protocols": {t: PROTOCOLS[t] for t in results} | ({"fast": FAST_NOTE} if fast else {}),
+        "tasks": results,
+        "published": PUBLISHED,
+        "seconds": round(seconds, 2),
+    }
+
+
+def _cell(value: float | None, key: str) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4f}" if key.startswith(("sick-r", "sts14")) else f"{value:.1f}"
+
+
+def table(report: dict[str, Any]) -> str:
+    cols = ["this model", *PUBLISHED]
+    head = [f"{'metric':24}", *(f"{c[:30]:>30}" for c in cols)]
+    lines = [
+        f"lnserve eval skip-thoughts: model {report['model']}, "
+        f"{report['mode']} protocol, seed {report['seed']}",
+        *(f"  {t}: {p}" for t, p in report["protocols"].items()),
+        "",
+        " ".join(head),
+    ]
+    for task, key, label in METRICS:
+        if task not in report["tasks"]:
+            continue
+        full = f"{task}.{key}"
+        vals = [report["tasks"][task].get(key), *(row.get(full) for row in PUBLISHED.values())]
+        lines.append(" ".join([f"{label:24}", *(f"{_cell(v, full):>30}" for v in vals)]))
+    return "\n".join(lines)
