@@ -108,7 +108,7 @@ async def _open_galleries(store: GalleryStore) -> None:
     galleries = await asyncio.to_thread(store.list)
     names = ", ".join(g.name for g in galleries) or "-"
     log.info("%d galleries in %s: %s", len(galleries), store.root, names)  # faults: logged by _load
-    if any(isinstance(g, GalleryInfo) and g.metric == "order_violation" for g in galleries):
+    if any(isinstance(g, GalleryInfo) for g in galleries):  # every metric scans with the kernel
         warm_scorer(store)
 
 

@@ -53,6 +53,16 @@ def _result(response: Any) -> tuple[str, Any]:
         raise ShardUnavailableError(f"a gallery shard is unavailable, retry ({type(exc).__name__})") from None
 
 
+def _require_every_part(values: Sequence[Any], name: str) -> None:
+    """Once shard 0 has a gallery, every shard has its part (creates commit on shard 0 last, removes on it
+    first), so a part missing elsewhere is lost storage (a shard restarted where its directory is not):
+    503, never a partial answer."""
+    for i, v in enumerate(values):
+        if isinstance(v, GalleryNotFoundError):
+            where = shard_label(i, len(values))
+            raise ShardUnavailableError(f"gallery {name!r} has no part on {where} (storage missing); retry")
+
+
 class ShardedGalleries:
     """The galleries of ``count`` shard deployments, as one store."""
 
@@ -135,6 +145,7 @@ class ShardedGalleries:
         """Shard 0's identity of the gallery, with the live items of every shard."""
         values = self._everywhere("get", name)
         raise_first(values, tolerate=(GalleryNotFoundError,))
+        _require_every_part(values, name)
         count = sum(v.count for v in values if isinstance(v, GalleryInfo))
         return dataclasses.replace(values[0], count=count)
 
@@ -184,6 +195,7 @@ class ShardedGalleries:
             "search_placed", name, np.asarray(queries), k, query_kind=query_kind, model=model
         )
         raise_first(values, tolerate=(GalleryNotFoundError,))
+        _require_every_part(values, name)
         k = min(int(k), MAX_K)
         direction = values[0]["score"]["direction"]
         parts = [v["results"] for v in values if not isinstance(v, BaseException)]

@@ -80,7 +80,7 @@ class GalleryShard:
         for leftover in self.store.clean_leftovers():  # a restarted shard: what its crash left
             log.info("removed %s left in %s by an interrupted create or remove", leftover, self.store.root)
         galleries = self.store.list()
-        if any(isinstance(g, GalleryInfo) and g.metric == "order_violation" for g in galleries):
+        if any(isinstance(g, GalleryInfo) for g in galleries):  # every metric scans with the kernel
             warm_scorer(self.store)
         log.info("shard %d/%d at %s: %d galleries", index, count, self.store.root, len(galleries))
 
