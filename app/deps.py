@@ -23,15 +23,15 @@ _bearer = HTTPBearer(auto_error=False, description="Required only when LNSERVE_A
 # pool, a hop to another thread and back per dependency per request (measured: 0.25 ms of the event loop's
 # ~0.6 ms per /encode request under load, benchmarks/http_load.py)
 async def get_registry(request: Request) -> ModelRegistry:
-    return request.app.state.registry  # type: ignore[no-any-return]
+    return request.app.state.registry
 
 
 async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return request.app.state.settings
 
 
 async def get_galleries(request: Request) -> GalleryStore:
-    return request.app.state.galleries  # type: ignore[no-any-return]
+    return request.app.state.galleries
 
 
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]

@@ -21,7 +21,7 @@ async def tokenize(body: TokenizeRequest, registry: RegistryDep) -> dict[str, An
     which words the model does not know (they all take one UNK vector)."""
     entry = registry.get(body.model)
     args = (body.sentences,)
-    kwargs = {"pretokenized": body.pretokenized, "eos": body.eos}
+    kwargs: dict[str, Any] = {"pretokenized": body.pretokenized, "eos": body.eos}
     if sum(map(len, body.sentences)) <= INLINE_TOKENIZE_CHARS:
         return entry.tokenize(*args, **kwargs)
     return await asyncio.to_thread(entry.tokenize, *args, **kwargs)  # megabytes never stall the loop

@@ -130,8 +130,8 @@ class NumbaKernel:
         probe_q = rng.random((5, 37), dtype=np.float32)
         probe_v = rng.random((9, 37), dtype=np.float32)
         for side in ("caption", "image"):
-            got = self.order_violation(probe_q, probe_v, side)  # type: ignore[arg-type]
-            want = NumpyKernel(threads=1).order_violation(probe_q, probe_v, side)  # type: ignore[arg-type]
+            got = self.order_violation(probe_q, probe_v, side)
+            want = NumpyKernel(threads=1).order_violation(probe_q, probe_v, side)
             if not np.array_equal(got, want):
                 raise RuntimeError("numba order-violation kernel disagrees with numpy")
         if not np.array_equal(self.dot(probe_q, probe_v), dot_scores(probe_q, probe_v)):

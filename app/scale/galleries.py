@@ -48,7 +48,7 @@ class ShardUnavailableError(LnserveError):
 def _result(response: Any) -> tuple[str, Any]:
     """A shard's outcome; the engine's own failures (actor died, timeout) become ShardUnavailableError."""
     try:
-        return response.result(timeout_s=CALL_TIMEOUT_S)  # type: ignore[no-any-return]
+        return response.result(timeout_s=CALL_TIMEOUT_S)
     except Exception as exc:
         raise ShardUnavailableError(f"a gallery shard is unavailable, retry ({type(exc).__name__})") from None
 
@@ -139,7 +139,7 @@ class ShardedGalleries:
 
     # -- galleries ----------------------------------------------------------------------------------
     def create(self, name: str, *, kind: str, model: ModelRef, exist_ok: bool = False) -> GalleryInfo:
-        return self._coordinate("create", name, kind=kind, model=model, exist_ok=exist_ok)  # type: ignore[no-any-return]
+        return self._coordinate("create", name, kind=kind, model=model, exist_ok=exist_ok)
 
     def get(self, name: str) -> GalleryInfo:
         """Shard 0's identity of the gallery, with the live items of every shard."""
@@ -170,7 +170,7 @@ class ShardedGalleries:
         model: ModelRef | None = None,
     ) -> builtins.list[str]:  # `list` is the method from here on
         """All or none on one shard, durable before it returns (as ``GalleryStore.add_items``)."""
-        return self._coordinate(  # type: ignore[no-any-return]
+        return self._coordinate(
             "add_items", name, np.asarray(vectors), ids=None if ids is None else list(ids),
             payloads=None if payloads is None else list(payloads), kind=kind, model=model,
         )  # fmt: skip

@@ -178,7 +178,7 @@ class GalleryShard:
                 f"gallery {name!r} already has item(s) {', '.join(map(repr, taken[:5]))}"
             )
         target = min(present, key=lambda i: (counts[i], i))
-        return await self._on(target, "add_placed", name, vectors, global_start=sum(counts), **kwargs)  # type: ignore[no-any-return]
+        return await self._on(target, "add_placed", name, vectors, global_start=sum(counts), **kwargs)
 
     async def _delete_item(self, name: str, item_id: str) -> None:
         found = await self._everywhere("get", name)  # not found, or a damaged part: first, as one store
