@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -17,6 +15,7 @@ from lnserve.app.galleries.store import GalleryStore, ModelRef
 from lnserve.app.runtime.engine import Engine
 from tests.conftest import LEGACY
 from tests.e2e.server import LiveServer, start_server
+from tests.support.poll import wait_until
 
 MODEL = "oe_order_gru"
 IMAGES = np.load(LEGACY / "order_embedding" / "images.npy")
@@ -27,13 +26,6 @@ def _metric(server: LiveServer, name: str, labels: str = "") -> float:
     text = httpx.get(server.url + "/metrics", timeout=10).text
     m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.MULTILINE)
     return float(m.group(1)) if m else 0.0
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def _timings(r: httpx.Response) -> tuple[float, float, int]:
@@ -97,7 +89,7 @@ def test_batch_size_shows_requests_sharing_a_model_call(artifacts: dict[str, Pat
     try:
         first = threading.Thread(target=post, args=("first",))
         first.start()
-        _wait_for(lambda: _metric(server, "lnserve_queue_depth", depth) == 1, "the first job queued")
+        wait_until(lambda: _metric(server, "lnserve_queue_depth", depth) == 1, "the first job queued")
         post("second")
         first.join(120)
         (q1, i1, n1), (q2, i2, n2) = _timings(results["first"]), _timings(results["second"])
