@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Awaitable
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from lnserve.app.errors import ClientClosedError, UnauthorizedError
+from lnserve.app.errors import ClientClosedError
 from lnserve.app.galleries.store import GalleryStore
 from lnserve.app.registry import ModelRegistry
 from lnserve.app.settings import Settings
@@ -40,15 +39,11 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 async def require_api_key(
-    settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """Every router but health and metrics depends on this; a no-op when no key is configured."""
-    if settings.api_key is None:
-        return
-    expected = settings.api_key.get_secret_value().encode()
-    given = credentials.credentials.encode() if credentials else b""
-    if not secrets.compare_digest(given, expected):
-        raise UnauthorizedError("missing or wrong API key (send Authorization: Bearer <key>)")
+    """Declares the bearer scheme on every router but health and metrics (OpenAPI's ``security``). The key
+    itself is checked once, by ``RequestContextMiddleware`` (``_key_refused``), before any body is
+    read: a request that reaches a route has passed it."""
 
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
