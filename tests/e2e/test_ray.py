@@ -31,7 +31,7 @@ from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import LiveServer, start_server
 
 pytest.importorskip("ray.serve", reason="needs the ray extra: pip install 'lnserve[ray]'")
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 TOL = 1e-5
 MODELS = ("oe_order_lngru", "oe_symmetric_gru")
