@@ -14,14 +14,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 
 from lnserve.app.galleries.store import GalleryStore, ModelRef
 from lnserve.app.runtime.engine import Engine
 from tests.conftest import LEGACY, run_cli
 from tests.e2e.server import start_server
-
-pytestmark = pytest.mark.slow  # a real server and subprocesses: over 10 s each
 
 MODEL = "oe_order_gru"
 IMAGES = np.load(LEGACY / "order_embedding" / "images.npy")

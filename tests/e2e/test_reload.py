@@ -13,14 +13,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 
 from lnserve.app.runtime.engine import Engine
 from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import LEGACY, inputs
 from tests.e2e.server import start_server
-
-pytestmark = pytest.mark.slow  # a real server and subprocesses: over 10 s each
 
 NAME = "served"
 KEY = "reload-test-key"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from lnserve.app.galleries.store import GalleryStore, ModelRef
 from lnserve.app.runtime.engine import Engine
@@ -75,6 +76,7 @@ def test_timing_headers_and_histograms(artifacts: dict[str, Path], tmp_path: Pat
         server.stop()
 
 
+@pytest.mark.slow  # over 10 s
 def test_batch_size_shows_requests_sharing_a_model_call(artifacts: dict[str, Path], tmp_path: Path) -> None:
     """An idle model waits max_wait_ms for company, up to max_batch_size rows: the second request fills the
     batch, so both run in one call of 2 (the first one queued for as long as it waited)."""

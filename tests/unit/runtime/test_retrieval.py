@@ -211,6 +211,7 @@ def _avx512() -> bool:
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
+@pytest.mark.slow  # over 10 s
 @pytest.mark.skipif(
     not (shutil.which("cc") or shutil.which("gcc")), reason="torch.compile needs a C compiler"
 )
