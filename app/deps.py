@@ -9,8 +9,7 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from lnserve.app.api_key import key_matches
-from lnserve.app.errors import ClientClosedError, UnauthorizedError
+from lnserve.app.errors import ClientClosedError
 from lnserve.app.galleries.store import GalleryStore
 from lnserve.app.registry import ModelRegistry
 from lnserve.app.settings import Settings
@@ -23,15 +22,15 @@ _bearer = HTTPBearer(auto_error=False, description="Required only when LNSERVE_A
 # pool, a hop to another thread and back per dependency per request (measured: 0.25 ms of the event loop's
 # ~0.6 ms per /encode request under load, benchmarks/http_load.py)
 async def get_registry(request: Request) -> ModelRegistry:
-    return request.app.state.registry  # type: ignore[no-any-return]
+    return request.app.state.registry
 
 
 async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return request.app.state.settings
 
 
 async def get_galleries(request: Request) -> GalleryStore:
-    return request.app.state.galleries  # type: ignore[no-any-return]
+    return request.app.state.galleries
 
 
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
@@ -40,15 +39,11 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 async def require_api_key(
-    settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """Every router but health and metrics depends on this; a no-op when no key is configured."""
-    if settings.api_key is None:
-        return
-    # Starlette decodes header values as latin-1: encoding them back gives the bytes the client sent
-    given = credentials.credentials.encode("latin-1") if credentials else b""
-    if not key_matches(given, settings.api_key):
-        raise UnauthorizedError("missing or wrong API key (send Authorization: Bearer <key>)")
+    """Declares the bearer scheme on every router but health and metrics (OpenAPI's ``security``). The key
+    itself is checked once, by ``RequestContextMiddleware`` (``_key_refused``), before any body is
+    read: a request that reaches a route has passed it."""
 
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:

@@ -334,7 +334,11 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         )
     code = HTTP_STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
     return error_response(
-        exc.status_code, code, str(exc.detail), request_id=_request_id(request), headers=exc.headers
+        exc.status_code,
+        code,
+        str(exc.detail),
+        request_id=_request_id(request),
+        headers=dict(exc.headers) if exc.headers else None,
     )
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -36,7 +37,7 @@ from lnserve.converters.errors import LnserveError
 
 log = logging.getLogger("lnserve.app")
 
-_ERRORS = {s: {"model": ErrorBody} for s in (401, 404, 413, 422, 429, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (401, 404, 413, 422, 429, 503)}
 # how OpenTelemetry is told to load a global provider from the environment (the only way one can appear in
 # a process that ``lnserve serve`` runs)
 _OTEL_PROVIDER_VARS = (
@@ -96,9 +97,11 @@ async def _load(app: FastAPI) -> None:
             log.exception("could not install the demo gallery")
     failed = await app.state.registry.load()
     if failed:
-        name, exc = next(iter(failed.items()))
-        code = exc.code if isinstance(exc, LnserveError) else type(exc).__name__
-        app.state.lifecycle.startup_failed(ModelLoadError(f"model {name!r} cannot be loaded ({code}: {exc})"))
+        name, error = next(iter(failed.items()))
+        code = error.code if isinstance(error, LnserveError) else type(error).__name__
+        app.state.lifecycle.startup_failed(
+            ModelLoadError(f"model {name!r} cannot be loaded ({code}: {error})")
+        )
 
 
 async def _open_galleries(store: GalleryStore) -> None:
@@ -109,7 +112,7 @@ async def _open_galleries(store: GalleryStore) -> None:
     galleries = await asyncio.to_thread(store.list)
     names = ", ".join(g.name for g in galleries) or "-"
     log.info("%d galleries in %s: %s", len(galleries), store.root, names)  # faults: logged by _load
-    if any(isinstance(g, GalleryInfo) and g.metric == "order_violation" for g in galleries):
+    if any(isinstance(g, GalleryInfo) for g in galleries):  # every metric scans with the kernel
         warm_scorer(store)
 
 

@@ -311,7 +311,9 @@ class ModelEntry:
         }
 
 
-def _engine_runner(engine: Engine, batch_size: int, entry: ModelEntry):  # type: ignore[no-untyped-def]
+def _engine_runner(
+    engine: Engine, batch_size: int, entry: ModelEntry
+) -> Callable[[Hashable, list[Any]], list[np.ndarray | Exception]]:
     """The batcher's ``run_batch``: one engine call for a group of jobs, results split per job.
 
     A job with a row that has no finite vector gets its own ``EncodeInputError`` (naming its row); the

@@ -16,6 +16,7 @@ import asyncio
 import errno
 import importlib.util
 import logging
+import math
 import socket
 import time
 from types import FrameType
@@ -138,7 +139,7 @@ def serve_app(settings: Settings) -> None:
         loop=loop,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=settings.drain_timeout_s + _UVICORN_GRACE_S,
+        timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s + _UVICORN_GRACE_S),  # whole seconds
         server_header=False,
     )
     lifecycle: Lifecycle = app.state.lifecycle

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -129,7 +129,7 @@ class NpzArchive:
                 f.seek(header.offset)
                 filled = 0
                 while filled < header.nbytes:  # zipfile checks the CRC once the last byte is read
-                    got = f.readinto(memoryview(raw[filled : filled + _CHUNK]))
+                    got = cast(zipfile.ZipExtFile, f).readinto(raw[filled : filled + _CHUNK].data)
                     if not got:
                         raise self._fail(key, f"ends after {filled:,} of {header.nbytes:,} data bytes")
                     filled += got

@@ -168,7 +168,8 @@ def write_legacy_order_embedding(
         "ff_image_W": tensors["image.proj.weight"].T,
         "ff_image_b": tensors["image.proj.bias"],
     }
-    np.savez(f"{prefix}.npz", **{k: np.ascontiguousarray(v, dtype=np.float32) for k, v in params.items()})
+    arrays: dict[str, Any] = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in params.items()}
+    np.savez(f"{prefix}.npz", **arrays)
     ordered = collections.OrderedDict(sorted(worddict.items(), key=lambda kv: kv[1]))
     with open(f"{prefix}.pkl", "wb") as f:
         pickle.dump({"options": dict(options), "worddict": ordered}, f, protocol=0)

@@ -13,13 +13,14 @@ import numpy as np
 from lnserve.converters.errors import MissingParameterError, ShapeMismatchError
 from lnserve.models.cell_types import GRU_CELLS, LSTM_CELLS
 
-_NORM_GROUPS_GRU = (
+NormGroups = tuple[tuple[str, str, int], ...]  # (legacy suffix, norm module, gate blocks)
+_NORM_GROUPS_GRU: NormGroups = (
     ("1", "norm_ih_ru", 2),
     ("2", "norm_ih_c", 1),
     ("3", "norm_hh_ru", 2),
     ("4", "norm_hh_c", 1),
 )
-_NORM_GROUPS_LSTM = (("1", "norm_ih", 4), ("2", "norm_hh", 4), ("3", "norm_cell", 1))
+_NORM_GROUPS_LSTM: NormGroups = (("1", "norm_ih", 4), ("2", "norm_hh", 4), ("3", "norm_cell", 1))
 
 
 def expected_cell_shapes(prefix: str, cell: str, n_in: int, d: int) -> dict[str, tuple[int, ...]]:

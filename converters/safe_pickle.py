@@ -26,7 +26,7 @@ import io
 import math
 import pickle
 from collections.abc import Callable, Iterator, Mapping
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, cast
 
 import numpy as np
 
@@ -86,7 +86,7 @@ def _short(value: Any, limit: int = 120) -> str:
     return _clip(repr(value), limit)
 
 
-class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
+class RestrictedUnpickler(pickle._Unpickler):
     """Unpickler that answers ``find_class`` only from the allow-list and checks what those globals build.
 
     ``overrides`` may swap the object behind a ``_reconstruct`` name (the streaming table reader returns
@@ -94,7 +94,7 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
     receives. ``object_arrays`` admits object dtypes (the skip-thoughts word tables only).
     """
 
-    dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+    dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)
 
     def __init__(
         self,
@@ -128,7 +128,9 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         """pickle's own loop, reading the stream directly (frames only batch reads; see ``load_frame``)."""
         self.read, self.readline = self._stream.read, self._stream.readline
         self.readinto = getattr(self._stream, "readinto", None)  # only BYTEARRAY8 (protocol 5) uses it
-        self.metastack, self.stack, self.proto = [], [], 0
+        self.metastack: list[list[Any]] = []
+        self.stack: list[Any] = []
+        self.proto = 0
         self.append = self.stack.append
         read, dispatch = self.read, self.dispatch
         try:
@@ -201,10 +203,10 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
     def load_build(self) -> None:
         state = self.stack.pop()
         inst = self.stack[-1]
-        kind, obj = self._pending.pop(id(inst), (None, None))
-        if obj is not inst:
+        pending = self._pending.pop(id(inst), None)
+        if pending is None or pending[1] is not inst:
             raise _unsafe(f"refusing to set the state of a {shown(type(inst).__name__)} object")
-        if kind == _DTYPE:
+        if pending[0] == _DTYPE:
             self._build_dtype(inst, state)
         else:
             inst.__setstate__(self._array_state(state, check_items=type(inst) is np.ndarray))
@@ -232,7 +234,7 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
                 f"refusing a forged dtype state {_short(state)}: "
                 f"NumPy gives {want.str} the state {_short(expected)}"
             )
-        dt.__setstate__(expected)  # NumPy's own state for this dtype, nothing taken from the file
+        dt.__setstate__(expected)  # type: ignore[attr-defined]  # NumPy's own state for this dtype, nothing taken from the file
         self._dtypes[id(dt)] = (dt, nesting)
 
     def _structured(
@@ -262,7 +264,7 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
             "itemsize": elsize,
         }
         try:
-            return np.dtype(spec, align=bool(flags & _ALIGNED_STRUCT)), nesting
+            return np.dtype(cast(Any, spec), align=bool(flags & _ALIGNED_STRUCT)), nesting
         except (TypeError, ValueError) as exc:
             raise _unsafe(f"refusing structured dtype state ({shown(str(exc))})") from None
 
@@ -321,6 +323,13 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         for i in range(0, len(items), 2):
             self._check_key(items[i])
             target[items[i]] = items[i + 1]
+
+    def pop_mark(self) -> list[Any]:
+        """The items above the last MARK (pickle's own, which typeshed does not declare)."""
+        items = self.stack
+        self.stack = self.metastack.pop()
+        self.append = self.stack.append
+        return items
 
     def load_setitem(self) -> None:
         value, key = self.stack.pop(), self.stack.pop()

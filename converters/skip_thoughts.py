@@ -6,6 +6,7 @@ The tables (930,913 x 620 float32, about 2.3 GB each) are streamed straight into
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,7 +131,7 @@ def convert_skip_thoughts(
             n, d = convert_table(
                 src,
                 tmp / dst_name,
-                progress=(lambda i, t, s=src_name: progress(s, i, t)) if progress else None,
+                progress=functools.partial(progress, src_name) if progress else None,
             )
             if n != len(words):
                 raise TableMismatchError(f"{src}: {n} rows but dictionary.txt has {len(words)} lines")

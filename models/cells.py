@@ -130,7 +130,7 @@ class RMSLSTMCell(LSTMFamilyCell):
     norm_kind = "rms"
 
 
-CELLS: dict[str, type[nn.Module]] = {
+CELLS: dict[str, type[GRUFamilyCell] | type[LSTMFamilyCell]] = {
     "gru": GRUCell,
     "lngru": LNGRUCell,
     "rlngru": RMSGRUCell,
@@ -140,7 +140,10 @@ CELLS: dict[str, type[nn.Module]] = {
 }
 
 
-def make_cell(cell_type: str, input_size: int, hidden_size: int, *, partial_rms: float = 1.0) -> nn.Module:
+Cell = GRUFamilyCell | LSTMFamilyCell  # what ``make_cell`` returns: both families share one interface
+
+
+def make_cell(cell_type: str, input_size: int, hidden_size: int, *, partial_rms: float = 1.0) -> Cell:
     """Instantiate a cell by its legacy name (``gru``, ``lngru``, ...); ``partial_rms`` < 1: pRMSNorm."""
     try:
         cls = CELLS[cell_type]

@@ -84,15 +84,24 @@ class SkipThoughtsConfig:
         return (self.uni_dim or 0) + 2 * (self.bi_dim or 0)
 
 
+def _half(cell: str | None, dim_word: int, dim: int | None) -> Recurrence | None:
+    """One recurrence of skip-thoughts, or None for an absent half (a cell needs its size)."""
+    if cell is None:
+        return None
+    if dim is None:
+        raise ValueError(f"skip-thoughts half with cell {cell!r} has no size")
+    return Recurrence(cell, dim_word, dim)
+
+
 class SkipThoughts(nn.Module):
     """uni-skip, bi-skip or combine-skip ([uni | bi]) over word vectors looked up in the tables."""
 
     def __init__(self, cfg: SkipThoughtsConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.uni = Recurrence(cfg.uni_cell, cfg.dim_word, cfg.uni_dim) if cfg.uni_cell else None
-        self.bi_fwd = Recurrence(cfg.bi_cell, cfg.dim_word, cfg.bi_dim) if cfg.bi_cell else None
-        self.bi_bwd = Recurrence(cfg.bi_cell, cfg.dim_word, cfg.bi_dim) if cfg.bi_cell else None
+        self.uni = _half(cfg.uni_cell, cfg.dim_word, cfg.uni_dim)
+        self.bi_fwd = _half(cfg.bi_cell, cfg.dim_word, cfg.bi_dim)
+        self.bi_bwd = _half(cfg.bi_cell, cfg.dim_word, cfg.bi_dim)
 
     def forward(
         self,

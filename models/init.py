@@ -9,8 +9,13 @@ here as Sᵀ: ``block[j, j-1] = alpha``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from torch import nn
+
+if TYPE_CHECKING:
+    from lnserve.models.cells import Cell
+    from lnserve.models.encoders import OrderEmbedding
 
 RECURRENT_INITS = ("orthogonal", "identity", "chain", "fbchain")
 DEFAULT_GAINS = {"orthogonal": 1.0, "identity": 1.0, "chain": 1.02, "fbchain": 0.04}
@@ -60,7 +65,7 @@ def input_matrix(n_out: int, n_in: int, generator: torch.Generator, scale: float
 
 @torch.no_grad()
 def init_recurrent_cell(
-    cell: nn.Module,
+    cell: Cell,
     *,
     kind: str = "orthogonal",
     gain: float | None = None,
@@ -86,7 +91,12 @@ def init_recurrent_cell(
 
 @torch.no_grad()
 def init_order_embedding(
-    model: nn.Module, *, kind: str = "orthogonal", gain: float | None = None, diag: float = 0.0, seed: int = 0
+    model: OrderEmbedding,
+    *,
+    kind: str = "orthogonal",
+    gain: float | None = None,
+    diag: float = 0.0,
+    seed: int = 0,
 ) -> None:
     """The whole order-embedding model (``lnserve.models.encoders.OrderEmbedding``) from one seed: Wemb
     and the image projection ``norm_weight`` (uniform(-0.1, 0.1)), image bias 0, the sentence cell as

@@ -52,7 +52,7 @@ def convert_skip_thoughts_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Convert skip-thoughts uni-skip and/or bi-skip (both give combine-skip)."""
-    from rich.progress import TaskProgressColumn
+    from rich.progress import TaskID, TaskProgressColumn
 
     from lnserve.app.commands.common import check_output_dir, stderr_progress
     from lnserve.converters.artifact import model_name
@@ -61,7 +61,7 @@ def convert_skip_thoughts_cmd(
     check_output_dir(out)
     chosen = model_name(out, name)  # a bad name fails before the tables are read
     with stderr_progress(TaskProgressColumn()) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(label: str, done: int, total: int) -> None:
             if label not in tasks:

@@ -66,7 +66,7 @@ def evaluate(
         typer.echo(f"note: {note}", err=True)
     sent = engine.encode_sentences(texts, pretokenized=pretokenized)
     imgs = engine.encode_images(feats)
-    per_fold = []
+    per_fold: list[dict[str, Any]] = []
     for a, b in plan.folds:
         errs = engine.score(sent[CPI * a : CPI * b], imgs[a:b])
         per_fold.append({"images": [a, b], "t2i": t2i(errs), "i2t": i2t(errs)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -14,6 +14,9 @@ from lnserve.app.commands.common import BackendOpt, load_matrix, progress_bar, r
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
 from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.converters.errors import UserInputError
+
+if TYPE_CHECKING:
+    from lnserve.app.galleries.store import GalleryStore
 
 gallery_app = typer.Typer(help="Build, list and remove retrieval galleries.", no_args_is_help=True)
 
@@ -27,7 +30,7 @@ DirOpt = Annotated[
 ]
 
 
-def _store(root: Path | None):  # type: ignore[no-untyped-def]
+def _store(root: Path | None) -> GalleryStore:
     """The gallery root and scorer come from the flag, else from the service's own settings (LNSERVE_*)."""
     from lnserve.app.galleries.store import GalleryStore
     from lnserve.app.settings import Settings
@@ -88,6 +91,7 @@ def build(
     with progress_bar(f"gallery {name}: encoding {kind}", n) as advance:
         for start in range(0, n, batch_size):
             stop = min(n, start + batch_size)
+            items: list[dict[str, str] | None]
             if texts is not None:
                 vecs = engine.encode_sentences(texts[start:stop], pretokenized=pretokenized, progress=advance)
                 items = [{"text": t} for t in texts[start:stop]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -86,12 +87,12 @@ def pull(
         dictionary=dictionary,
         word2vec=word2vec,
     )
-    from rich.progress import DownloadColumn, TransferSpeedColumn
+    from rich.progress import DownloadColumn, TaskID, TransferSpeedColumn
 
     with stderr_progress(DownloadColumn(), TransferSpeedColumn()) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
-        def for_file(filename: str):  # type: ignore[no-untyped-def]
+        def for_file(filename: str) -> Callable[[int, int | None], None]:
             def update(done: int, total: int | None) -> None:
                 if filename not in tasks:
                     tasks[filename] = bar.add_task(filename, total=total)

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from lnserve.app.galleries.errors import GalleryNotFoundError
-from lnserve.app.galleries.store import GalleryInfo, GalleryStore
+from lnserve.app.galleries.protocol import GalleryStoreAPI
+from lnserve.app.galleries.store import GalleryInfo
 from lnserve.app.runtime.model_ref import ModelRef
 
 log = logging.getLogger("lnserve.galleries")
@@ -45,7 +46,7 @@ def shipped_demo() -> ShippedDemo:
     return ShippedDemo(demo.ensure_demo_artifact(), demo.DEMO_NAME, demo.demo_gallery_data)
 
 
-def install_demo_gallery(store: GalleryStore, *, engine: Any = None) -> GalleryInfo:
+def install_demo_gallery(store: GalleryStoreAPI, *, engine: Any = None) -> GalleryInfo:
     """Ensure ``demo-images`` holds the shipped gallery images embedded by the demo model.
 
     Args:

@@ -25,6 +25,7 @@ gallery back to its last consistent acknowledged state.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import fcntl
@@ -316,10 +317,10 @@ class GalleryStore:
         with self._db(name) as db:
             return self._open(name, db).info
 
-    def list(self) -> list[GalleryEntry]:
+    def list(self) -> builtins.list[GalleryEntry]:
         """Every gallery under the root, by name; a damaged one as a ``CorruptGallery`` with its reason.
         Cheap: checksums are not verified here (``verify_all`` does), but a fault found earlier is shown."""
-        out: list[GalleryEntry] = []
+        out: builtins.list[GalleryEntry] = []
         for name in self._names():
             try:
                 with self._removal_is_not_found(name), self._db(name) as db:
@@ -334,10 +335,10 @@ class GalleryStore:
                 out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
         return out
 
-    def verify_all(self) -> list[GalleryEntry]:
+    def verify_all(self) -> builtins.list[GalleryEntry]:
         """``verify`` every gallery (the server's start-up check); a damaged one is returned as a
         ``CorruptGallery``, never raised, so one bad gallery never stops the others."""
-        out: list[GalleryEntry] = []
+        out: builtins.list[GalleryEntry] = []
         for name in self._names():
             try:
                 out.append(self.verify(name))  # a gallery removed meanwhile: GalleryNotFoundError
@@ -493,7 +494,7 @@ class GalleryStore:
         shutil.rmtree(trash, ignore_errors=True)
         self._forget(name)
 
-    def clean_leftovers(self) -> list[str]:
+    def clean_leftovers(self) -> builtins.list[str]:
         """Delete what crashed creations and removals left in the root (``.NAME.creating-*``,
         ``.NAME.removed-*``); a creation still in progress in another process (its lock held) is left alone.
         Returns the names deleted."""
@@ -521,7 +522,7 @@ class GalleryStore:
         payloads: Sequence[Any] | None = None,
         kind: str | None = None,
         model: ModelRef | None = None,
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Append embedded items durably; returns their ids once acknowledged (committed).
 
         Args:
@@ -704,7 +705,7 @@ class GalleryStore:
             raise GalleryInputError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
         q = _as_matrix(queries, info.dim, what="query vectors", limit=MAX_QUERIES)
         if snap.vectors is None or q.shape[0] == 0:
-            hits = [[] for _ in range(q.shape[0])]
+            hits: builtins.list[builtins.list[dict[str, Any]]] = [[] for _ in range(q.shape[0])]
         else:
             found = top_k(
                 q,
@@ -719,8 +720,13 @@ class GalleryStore:
         return {"gallery": name, "score": score_info(info.metric), "results": hits}
 
     def _resolve(
-        self, name: str, positions: list[np.ndarray], scores: list[np.ndarray], *, with_rows: bool
-    ) -> list[list[dict[str, Any]]]:
+        self,
+        name: str,
+        positions: builtins.list[np.ndarray],
+        scores: builtins.list[np.ndarray],
+        *,
+        with_rows: bool,
+    ) -> builtins.list[builtins.list[dict[str, Any]]]:
         """Positions -> {id, score, payload} (and ``row``); an item deleted since the scan is dropped."""
         wanted = sorted({int(p) for row in positions for p in row})
         rows: dict[int, tuple[str, Any]] = {}
@@ -924,7 +930,7 @@ class GalleryStore:
             return self._read_state(name, db)[0]
         return None
 
-    def _names(self) -> list[str]:
+    def _names(self) -> builtins.list[str]:
         """Directories under the root that hold gallery files, by name."""
         if not self.root.is_dir():
             return []
@@ -1157,8 +1163,8 @@ def _creation_alive(path: Path) -> bool:
         os.close(fd)
 
 
-def _existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> list[str]:
-    taken: list[str] = []
+def _existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[str]:
+    taken: builtins.list[str] = []
     for i in range(0, len(ids), _SQL_VARS):
         part = list(ids[i : i + _SQL_VARS])
         marks = ",".join("?" * len(part))

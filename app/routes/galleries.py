@@ -88,6 +88,7 @@ async def add_items(
         request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
     )
     vectors = text_vecs if text_vecs is not None else image_vecs
+    assert vectors is not None  # every item has its text or its image (checked above)
     payloads = [
         it.payload if "payload" in it.model_fields_set or it.text is None else {"text": it.text}
         for it in body.items

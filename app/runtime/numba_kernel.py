@@ -58,8 +58,9 @@ def _lanes(builder: ir.IRBuilder, v: ir.Value, first: int, count: int) -> ir.Val
     return builder.shuffle_vector(v, v, mask)
 
 
-def _block(n_queries: int, n_rows: int, caption: bool):
-    """An intrinsic scoring ``n_queries`` x ``n_rows`` pairs; ``caption``: E(query, row), else E(row, query).
+def _block(n_queries: int, n_rows: int, mode: str):
+    """An intrinsic scoring ``n_queries`` x ``n_rows`` pairs; ``mode``: ``caption`` E(query, row), ``image``
+    E(row, query), ``dot`` the dot product query . row (cosine galleries), all in the same lane order.
 
     Arguments: query pointer and element offset, row pointer and offset, dim, output pointer, offset of
     the block's first score and the output row stride (gallery rows per query).
@@ -86,7 +87,11 @@ def _block(n_queries: int, n_rows: int, caption: bool):
                 else builder.load(ptr)
             )
 
+        caption = mode == "caption"
+
         def term(q, v):
+            if mode == "dot":  # a plain product: the add below is never fused with it
+                return builder.fmul(q, v)
             if isinstance(q.type, ir.VectorType):  # a - b as fma(a, 1, -b): same rounding, on the FMA pipes
                 fma = cgutils.get_or_insert_function(
                     builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32"
@@ -130,31 +135,68 @@ def _block(n_queries: int, n_rows: int, caption: bool):
     def typer(typingctx, qp, qoff, vp, voff, dim, op, ooff, ostride, one):
         return types.void(qp, qoff, vp, voff, dim, op, ooff, ostride, one), codegen
 
-    typer.__name__ = f"order_violation_{'caption' if caption else 'image'}_{n_queries}x{n_rows}"
+    typer.__name__ = f"scan_{mode}_{n_queries}x{n_rows}"
     return intrinsic(typer)
 
 
-_c_full, _c_rows1, _c_query1, _c_one = (
-    _block(QUERY_BLOCK, ROW_BLOCK, True),
-    _block(QUERY_BLOCK, 1, True),
-    _block(1, ROW_BLOCK, True),
-    _block(1, 1, True),
-)
-_i_full, _i_rows1, _i_query1, _i_one = (
-    _block(QUERY_BLOCK, ROW_BLOCK, False),
-    _block(QUERY_BLOCK, 1, False),
-    _block(1, ROW_BLOCK, False),
-    _block(1, 1, False),
-)
+_BLOCKS = {
+    mode: (_block(QUERY_BLOCK, ROW_BLOCK, mode), _block(QUERY_BLOCK, 1, mode), _block(1, ROW_BLOCK, mode),
+           _block(1, 1, mode))
+    for mode in ("caption", "image", "dot")
+}  # fmt: skip
+CAPTION, IMAGE, DOT = 0, 1, 2  # ``scan``'s mode argument
+_c_full, _c_rows1, _c_query1, _c_one = _BLOCKS["caption"]
+_i_full, _i_rows1, _i_query1, _i_one = _BLOCKS["image"]
+_d_full, _d_rows1, _d_query1, _d_one = _BLOCKS["dot"]
 
 
-def _scan_py(queries, items, out, start, stop, tile, caption, one):
+@njit(inline="always")
+def _full(mode, qp, qo, vp, vo, dim, op, oo, n, one):
+    if mode == CAPTION:
+        _c_full(qp, qo, vp, vo, dim, op, oo, n, one)
+    elif mode == IMAGE:
+        _i_full(qp, qo, vp, vo, dim, op, oo, n, one)
+    else:
+        _d_full(qp, qo, vp, vo, dim, op, oo, n, one)
+
+
+@njit(inline="always")
+def _rows1(mode, qp, qo, vp, vo, dim, op, oo, n, one):
+    if mode == CAPTION:
+        _c_rows1(qp, qo, vp, vo, dim, op, oo, n, one)
+    elif mode == IMAGE:
+        _i_rows1(qp, qo, vp, vo, dim, op, oo, n, one)
+    else:
+        _d_rows1(qp, qo, vp, vo, dim, op, oo, n, one)
+
+
+@njit(inline="always")
+def _query1(mode, qp, qo, vp, vo, dim, op, oo, n, one):
+    if mode == CAPTION:
+        _c_query1(qp, qo, vp, vo, dim, op, oo, n, one)
+    elif mode == IMAGE:
+        _i_query1(qp, qo, vp, vo, dim, op, oo, n, one)
+    else:
+        _d_query1(qp, qo, vp, vo, dim, op, oo, n, one)
+
+
+@njit(inline="always")
+def _one(mode, qp, qo, vp, vo, dim, op, oo, n, one):
+    if mode == CAPTION:
+        _c_one(qp, qo, vp, vo, dim, op, oo, n, one)
+    elif mode == IMAGE:
+        _i_one(qp, qo, vp, vo, dim, op, oo, n, one)
+    else:
+        _d_one(qp, qo, vp, vo, dim, op, oo, n, one)
+
+
+def _scan_py(queries, items, out, start, stop, tile, mode, one):
     """Scores rows ``start:stop`` of ``items`` (n, D) against ``queries`` (Q, D) into ``out`` (Q, n).
 
-    All three arrays are C-contiguous float32; ``one`` is 1.0. With a few queries the rows are read in
-    order, one at a time (row blocks would interleave four 4 KiB streams: 19.6 vs 31 GB/s on one core);
-    otherwise they are walked in tiles of ``tile``, each scored against every query block while it sits in
-    L2.
+    All three arrays are C-contiguous float32; ``mode`` is ``CAPTION``, ``IMAGE`` or ``DOT``; ``one`` is
+    1.0. With a few queries the rows are read in order, one at a time (row blocks would interleave four
+    4 KiB streams: 19.6 vs 31 GB/s on one core); otherwise they are walked in tiles of ``tile``, each scored
+    against every query block while it sits in L2.
     """
     n_queries, dim = queries.shape
     n = out.shape[1]
@@ -164,10 +206,7 @@ def _scan_py(queries, items, out, start, stop, tile, caption, one):
     if n_queries < QUERY_BLOCK:  # memory-bound: one row after another keeps the prefetchers streaming
         for j in range(start, stop):
             for qi in range(n_queries):
-                if caption:
-                    _c_one(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
-                else:
-                    _i_one(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
+                _one(mode, qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
         return
     for t0 in range(start, stop, tile):
         t1 = min(stop, t0 + tile)
@@ -176,24 +215,16 @@ def _scan_py(queries, items, out, start, stop, tile, caption, one):
             block = qi + QUERY_BLOCK <= n_queries
             j = t0
             while j + ROW_BLOCK <= t1:
-                if block and caption:
-                    _c_full(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
-                elif block:
-                    _i_full(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
-                elif caption:
-                    _c_query1(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
+                if block:
+                    _full(mode, qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
                 else:
-                    _i_query1(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
+                    _query1(mode, qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
                 j += ROW_BLOCK
             while j < t1:
-                if block and caption:
-                    _c_rows1(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
-                elif block:
-                    _i_rows1(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
-                elif caption:
-                    _c_one(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
+                if block:
+                    _rows1(mode, qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
                 else:
-                    _i_one(qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
+                    _one(mode, qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
                 j += 1
             qi += QUERY_BLOCK if block else 1
 
@@ -205,12 +236,12 @@ except RuntimeError:  # numba finds no writable cache location
 
 
 def scan(
-    queries: np.ndarray, items: np.ndarray, out: np.ndarray, start: int, stop: int, tile: int, caption: bool
+    queries: np.ndarray, items: np.ndarray, out: np.ndarray, start: int, stop: int, tile: int, mode: int
 ) -> None:
     """Scores rows ``start:stop`` of ``items`` into ``out`` (see ``_scan_py``); releases the GIL.
 
     The 1.0 goes in at run time so LLVM cannot fold ``fma(a, 1, -b)`` back into a subtraction."""
-    _scan(queries, items, out, start, stop, tile, caption, _ONE)
+    _scan(queries, items, out, start, stop, tile, mode, _ONE)
 
 
 def tile_rows(dim: int) -> int:
@@ -226,5 +257,5 @@ def warm() -> None:
     frozen = items.copy()
     frozen.flags.writeable = False
     for rows in (items, frozen):
-        for caption in (True, False):
-            scan(q, rows, out, 0, 2, tile_rows(LANES + 1), caption)
+        for mode in (CAPTION, IMAGE, DOT):
+            scan(q, rows, out, 0, 2, tile_rows(LANES + 1), mode)

@@ -43,8 +43,6 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from lnserve.app.runtime.scoring import negative_cosine
-
 log = logging.getLogger("lnserve.retrieval")
 
 Metric = Literal["order_violation", "negative_cosine", "cosine"]
@@ -90,6 +88,10 @@ class Kernel(Protocol):
         """(Q, D) x (n, D) -> (Q, n); ``query_side`` says which slot of E(caption, image) the query fills."""
         ...
 
+    def dot(self, queries: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """(Q, D) . (n, D)^T -> (Q, n) in the same fixed lane order (cosine galleries)."""
+        ...
+
 
 class _RowSplit:
     """Spreads a block's gallery rows over one thread per core in contiguous runs (the kernels release the
@@ -128,20 +130,28 @@ class NumbaKernel:
         probe_q = rng.random((5, 37), dtype=np.float32)
         probe_v = rng.random((9, 37), dtype=np.float32)
         for side in ("caption", "image"):
-            got = self.order_violation(probe_q, probe_v, side)  # type: ignore[arg-type]
-            want = NumpyKernel(threads=1).order_violation(probe_q, probe_v, side)  # type: ignore[arg-type]
+            got = self.order_violation(probe_q, probe_v, side)
+            want = NumpyKernel(threads=1).order_violation(probe_q, probe_v, side)
             if not np.array_equal(got, want):
                 raise RuntimeError("numba order-violation kernel disagrees with numpy")
+        if not np.array_equal(self.dot(probe_q, probe_v), dot_scores(probe_q, probe_v)):
+            raise RuntimeError("numba dot kernel disagrees with numpy")
 
     def order_violation(self, queries: np.ndarray, items: np.ndarray, query_side: Side) -> np.ndarray:
+        mode = self._nk.CAPTION if query_side == "caption" else self._nk.IMAGE
+        return self._scan(queries, items, mode)
+
+    def dot(self, queries: np.ndarray, items: np.ndarray) -> np.ndarray:
+        return self._scan(queries, items, self._nk.DOT)
+
+    def _scan(self, queries: np.ndarray, items: np.ndarray, mode: int) -> np.ndarray:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         v = np.ascontiguousarray(items, dtype=np.float32)  # a gallery block is already one: no copy
         out = np.empty((q.shape[0], v.shape[0]), dtype=np.float32)
         if out.size == 0:
             return out
         tile = self._nk.tile_rows(v.shape[1])
-        caption = query_side == "caption"
-        self._split.run(lambda a, b: self._nk.scan(q, v, out, a, b, tile, caption), v.shape[0], 2 * tile)
+        self._split.run(lambda a, b: self._nk.scan(q, v, out, a, b, tile, mode), v.shape[0], 2 * tile)
         return out
 
 
@@ -167,6 +177,9 @@ class NumpyKernel:
         rows = max(8, (1 << 15) // max(dim, 1))  # ~128 KiB chunks: the copy and the scratch stay in L2
         self._split.run(lambda a, b: self._scan(q, items, query_side == "caption", a, b, rows, out), n, rows)
         return out
+
+    def dot(self, queries: np.ndarray, items: np.ndarray) -> np.ndarray:
+        return dot_scores(queries, items)
 
     @staticmethod
     def _scan(
@@ -241,6 +254,83 @@ def get_kernel(name: str | None = None) -> Kernel:
         return _kernels[name]
 
 
+# -- cosine in the same fixed order ------------------------------------------------------------------
+_DOT_FLOATS = 1 << 16  # products per chunk of a dot scan (~256 KiB of float32 scratch: stays in L2)
+
+
+def _fold(acc: np.ndarray) -> np.ndarray:
+    """(..., 16) lane sums -> (...): lane l += lane l + width for width 8, 4, 2, 1 (the kernels' fold)."""
+    for width in (8, 4, 2, 1):
+        acc = acc[..., :width] + acc[..., width : 2 * width]
+    return acc[..., 0]
+
+
+def _lane_sums(products: np.ndarray) -> np.ndarray:
+    """Sums over the last axis of ``products`` (..., D) in the canonical order (lane l of 16 adds dims
+    l, l + 16, ... in increasing order, the last D % 16 dims go to lanes 0.., lanes folded pairwise).
+
+    Every step is an elementwise float32 ufunc (no BLAS, no FMA, no pairwise reduction along the summed
+    axis), so a sum depends only on its own D numbers: not on the matrix shape, the rows around it or the
+    CPU."""
+    *lead, dim = products.shape
+    groups, tail = divmod(dim, LANES)
+    full = groups * LANES
+    # (groups, ..., 16) with groups outermost: reducing axis 0 adds the groups one after another
+    lanes = np.moveaxis(products[..., :full].reshape(*lead, groups, LANES), -2, 0)
+    acc = (
+        np.add.reduce(np.ascontiguousarray(lanes), axis=0) if groups else np.zeros((*lead, LANES), np.float32)
+    )
+    if tail:
+        acc = acc.copy() if groups else acc
+        acc[..., :tail] += products[..., full:]
+    return _fold(acc)
+
+
+def dot_scores(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """(Q, D) . (n, D)^T -> (Q, n) float32 in the fixed lane order: bit-identical for a pair of vectors
+    wherever they sit (one store or any shard layout, any block size) and on any CPU. BLAS, which this
+    replaces for cosine galleries, picks its summation order by matrix shape and CPU, so planted ties
+    landed 1 ulp apart between layouts."""
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    n, dim = items.shape
+    out = np.empty((q.shape[0], n), dtype=np.float32)
+    if out.size == 0:
+        return out
+    rows = max(16, _DOT_FLOATS // max(1, dim))
+    per = max(1, 4 * _DOT_FLOATS // (rows * max(1, dim)))  # queries per product tensor
+    for s in range(0, n, rows):
+        chunk = np.asarray(items[s : s + rows], dtype=np.float32)
+        for a in range(0, q.shape[0], per):
+            out[a : a + per, s : s + chunk.shape[0]] = _lane_sums(q[a : a + per, None, :] * chunk[None, :, :])
+    return out
+
+
+def row_norms(x: np.ndarray) -> np.ndarray:
+    """L2 norm of each row, its sum of squares in the same fixed order as ``dot_scores``: the 16-dim groups
+    are added one after another (a loop over groups, each add vectorised over the chunk's rows)."""
+    n, dim = x.shape
+    groups, tail = divmod(dim, LANES)
+    full = groups * LANES
+    out = np.empty(n, dtype=np.float32)
+    rows = max(1, (1 << 20) // max(1, dim))
+    for s in range(0, n, rows):
+        chunk = np.asarray(x[s : s + rows], dtype=np.float32)
+        sq = chunk * chunk
+        acc = np.zeros((chunk.shape[0], LANES), dtype=np.float32)
+        by_group = sq[:, :full].reshape(chunk.shape[0], groups, LANES)
+        for g in range(groups):
+            acc += by_group[:, g]
+        acc[:, :tail] += sq[:, full:]
+        out[s : s + chunk.shape[0]] = np.sqrt(_fold(acc))
+    return out
+
+
+def _ready_kernel() -> Kernel:
+    """A kernel for dot products without waiting for a build: the numba one once it is built, numpy until
+    then (their floats are identical, so which one answers never shows)."""
+    return _kernels.get("numba") or _kernels.get("numpy") or NumpyKernel()
+
+
 # -- scoring and top-k ------------------------------------------------------------------------------------
 def score_block(
     queries: np.ndarray,
@@ -250,18 +340,21 @@ def score_block(
     query_side: Side = "caption",
     kernel: Kernel | None = None,
 ) -> np.ndarray:
-    """Scores (Q, n) of every query against every item, in the metric's own units. The order-violation
-    kernel is looked up only when needed: cosine galleries must never wait for it to compile."""
+    """Scores (Q, n) of every query against every item, in the metric's own units. Cosine galleries without
+    a ``kernel`` never wait for the numba kernel to compile (``_ready_kernel``).
+
+    Every metric sums in a fixed order (``LANES``), so an item's score never depends on which block, shard
+    or CPU computed it."""
     if metric == "order_violation":
         return (kernel or get_kernel()).order_violation(queries, items, query_side)
+    dot = (kernel or _ready_kernel()).dot
     if metric == "negative_cosine":
-        return negative_cosine(queries, items)
+        return -dot(queries, items)
     if metric == "cosine":
-        items = np.asarray(items)
-        norms = np.sqrt(np.einsum("ij,ij->i", items, items))
-        qn = queries / np.sqrt((queries * queries).sum(axis=1, keepdims=True))
+        q = np.asarray(queries, dtype=np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.nan_to_num((qn @ items.T) / norms[None, :], nan=0.0)
+            qn = q / row_norms(q)[:, None]
+            return np.nan_to_num(dot(qn, items) / row_norms(items)[None, :], nan=0.0)
     raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 
 from lnserve.converters.artifact import Artifact
 from lnserve.converters.errors import ManifestMismatchError
 from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
+from lnserve.models.recurrence import Recurrence
 
 
 def build_module(artifact: Artifact) -> torch.nn.Module:
@@ -60,10 +63,10 @@ class TorchBackend:
         self.module = build_module(artifact)
         self.providers = ["torch-cpu"]
 
-    def _part(self, part: str) -> torch.nn.Module:
-        if part == "sentence":
-            return self.module.sentence.rnn
-        return getattr(self.module, part)
+    def _part(self, part: str) -> Recurrence:
+        """The recurrence behind an engine part: ``sentence`` (order-embedding) or ``uni`` / ``bi_fwd`` /
+        ``bi_bwd`` (skip-thoughts)."""
+        return cast(Recurrence, self.module.get_submodule("sentence.rnn" if part == "sentence" else part))
 
     @torch.inference_mode()
     def recurrent(self, part: str, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -73,4 +76,5 @@ class TorchBackend:
 
     @torch.inference_mode()
     def image_projection(self, features: np.ndarray) -> np.ndarray:
-        return self.module.image.proj(torch.from_numpy(np.ascontiguousarray(features))).numpy()
+        proj = cast(torch.nn.Linear, self.module.get_submodule("image.proj"))
+        return proj(torch.from_numpy(np.ascontiguousarray(features))).numpy()

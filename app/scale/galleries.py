@@ -48,9 +48,19 @@ class ShardUnavailableError(LnserveError):
 def _result(response: Any) -> tuple[str, Any]:
     """A shard's outcome; the engine's own failures (actor died, timeout) become ShardUnavailableError."""
     try:
-        return response.result(timeout_s=CALL_TIMEOUT_S)  # type: ignore[no-any-return]
+        return response.result(timeout_s=CALL_TIMEOUT_S)
     except Exception as exc:
         raise ShardUnavailableError(f"a gallery shard is unavailable, retry ({type(exc).__name__})") from None
+
+
+def _require_every_part(values: Sequence[Any], name: str) -> None:
+    """Once shard 0 has a gallery, every shard has its part (creates commit on shard 0 last, removes on it
+    first), so a part missing elsewhere is lost storage (a shard restarted where its directory is not):
+    503, never a partial answer."""
+    for i, v in enumerate(values):
+        if isinstance(v, GalleryNotFoundError):
+            where = shard_label(i, len(values))
+            raise ShardUnavailableError(f"gallery {name!r} has no part on {where} (storage missing); retry")
 
 
 class ShardedGalleries:
@@ -129,12 +139,13 @@ class ShardedGalleries:
 
     # -- galleries ----------------------------------------------------------------------------------
     def create(self, name: str, *, kind: str, model: ModelRef, exist_ok: bool = False) -> GalleryInfo:
-        return self._coordinate("create", name, kind=kind, model=model, exist_ok=exist_ok)  # type: ignore[no-any-return]
+        return self._coordinate("create", name, kind=kind, model=model, exist_ok=exist_ok)
 
     def get(self, name: str) -> GalleryInfo:
         """Shard 0's identity of the gallery, with the live items of every shard."""
         values = self._everywhere("get", name)
         raise_first(values, tolerate=(GalleryNotFoundError,))
+        _require_every_part(values, name)
         count = sum(v.count for v in values if isinstance(v, GalleryInfo))
         return dataclasses.replace(values[0], count=count)
 
@@ -159,7 +170,7 @@ class ShardedGalleries:
         model: ModelRef | None = None,
     ) -> builtins.list[str]:  # `list` is the method from here on
         """All or none on one shard, durable before it returns (as ``GalleryStore.add_items``)."""
-        return self._coordinate(  # type: ignore[no-any-return]
+        return self._coordinate(
             "add_items", name, np.asarray(vectors), ids=None if ids is None else list(ids),
             payloads=None if payloads is None else list(payloads), kind=kind, model=model,
         )  # fmt: skip
@@ -184,6 +195,7 @@ class ShardedGalleries:
             "search_placed", name, np.asarray(queries), k, query_kind=query_kind, model=model
         )
         raise_first(values, tolerate=(GalleryNotFoundError,))
+        _require_every_part(values, name)
         k = min(int(k), MAX_K)
         direction = values[0]["score"]["direction"]
         parts = [v["results"] for v in values if not isinstance(v, BaseException)]

@@ -121,7 +121,7 @@ def build_galleries_app(root: Path, shards: int, cpus: float, scorer: str) -> An
     """Shards 1..S-1, then shard 0 with handles to them (it coordinates the writes)."""
     from ray import serve
 
-    deployment = serve.deployment(GalleryShard)
+    deployment: Any = serve.deployment(GalleryShard)  # a Deployment (the stubs see the decorator form)
     common = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": cpus}, "logging_config": QUIET}
     others = [
         deployment.options(name=shard_name(i), **common).bind(i, shards, str(root), scorer)
@@ -133,7 +133,7 @@ def build_galleries_app(root: Path, shards: int, cpus: float, scorer: str) -> An
 def build_ingress_app(settings: Settings, topology: Topology, cpus: float) -> Any:
     from ray import serve
 
-    deployment = serve.deployment(serve.ingress()(LnserveReplica))
+    deployment: Any = serve.deployment(serve.ingress()(LnserveReplica))
     return deployment.options(**replica_options(settings, topology, cpus)).bind(settings, topology)
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 Hit = dict[str, Any]  # {"id", "score", "payload", "pos"}: pos is the item's global position
 
 
-def sort_key(direction: str):  # type: ignore[no-untyped-def]
+def sort_key(direction: str) -> Callable[[Hit], tuple[float, int]]:
     """(key, position) where a smaller key is better, as the store's selection does."""
     if direction == "lower_is_better":
         return lambda h: (h["score"], h["pos"])

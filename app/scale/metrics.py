@@ -80,5 +80,5 @@ class ClusterMetrics:
             log.warning("could not gather every replica's metrics (%s); serving this replica's", exc)
             gathered = [local_families(self.local)]
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Families(merge_families(gathered)))  # type: ignore[arg-type]
+        registry.register(_Families(merge_families(gathered)))
         return generate_latest(registry)

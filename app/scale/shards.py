@@ -80,7 +80,7 @@ class GalleryShard:
         for leftover in self.store.clean_leftovers():  # a restarted shard: what its crash left
             log.info("removed %s left in %s by an interrupted create or remove", leftover, self.store.root)
         galleries = self.store.list()
-        if any(isinstance(g, GalleryInfo) and g.metric == "order_violation" for g in galleries):
+        if any(isinstance(g, GalleryInfo) for g in galleries):  # every metric scans with the kernel
             warm_scorer(self.store)
         log.info("shard %d/%d at %s: %d galleries", index, count, self.store.root, len(galleries))
 
@@ -178,7 +178,7 @@ class GalleryShard:
                 f"gallery {name!r} already has item(s) {', '.join(map(repr, taken[:5]))}"
             )
         target = min(present, key=lambda i: (counts[i], i))
-        return await self._on(target, "add_placed", name, vectors, global_start=sum(counts), **kwargs)  # type: ignore[no-any-return]
+        return await self._on(target, "add_placed", name, vectors, global_start=sum(counts), **kwargs)
 
     async def _delete_item(self, name: str, item_id: str) -> None:
         found = await self._everywhere("get", name)  # not found, or a damaged part: first, as one store

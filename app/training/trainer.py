@@ -108,7 +108,7 @@ class PairData:
     def digest(self) -> str:
         """Identifies the data a checkpoint was trained on; computed once (checkpoints are frequent)."""
         h = hashlib.sha256("\n".join(self.captions).encode("utf-8"))
-        h.update(memoryview(np.ascontiguousarray(self.images, dtype=np.float32)).cast("B"))
+        h.update(np.ascontiguousarray(self.images, dtype=np.float32).data.cast("B"))
         return h.hexdigest()
 
 

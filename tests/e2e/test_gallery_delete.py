@@ -78,7 +78,9 @@ real_rmtree = shutil.rmtree
 
 def paused_rmtree(path, *args, **kwargs):
     (Path(path) / "vectors.f32").unlink()  # half the files gone...
-    marker.write_text(str(path))
+    partial = marker.with_suffix(".partial")  # written whole, then renamed: the parent never reads half
+    partial.write_text(str(path))
+    partial.rename(marker)
     while True:  # ...and killed here
         time.sleep(1)
 

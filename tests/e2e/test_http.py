@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -31,6 +31,7 @@ import pytest
 from tests.conftest import LEGACY, OE_MODELS, ST_VARIANTS, golden, inputs
 from tests.e2e.engines import ENGINES, engine_args, start_timeout
 from tests.e2e.server import LiveServer, start_server
+from tests.support.poll import wait_until
 
 TOL = 1e-5
 KEY = "test-key"
@@ -59,14 +60,6 @@ def server(
 def client(server: LiveServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.url, headers=AUTH, timeout=60.0) as c:
         yield c
-
-
-def _poll(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Wait until ``condition`` holds (checked every 10 ms); fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def _metric(server: LiveServer, name: str, model: str = "demo-lngru") -> float | None:
@@ -221,7 +214,9 @@ def test_access_log_is_json_with_request_id(server: LiveServer, client: httpx.Cl
     r = client.get("/models", headers={"X-Request-ID": "trace-123"})
     assert r.headers["x-request-id"] == "trace-123"
 
-    _poll(lambda: bool(_access_lines(server, "trace-123")), "the access log line")  # Ray forwards it later
+    wait_until(
+        lambda: bool(_access_lines(server, "trace-123")), "the access log line"
+    )  # Ray forwards it later
     hit = _access_lines(server, "trace-123")[0]
     assert hit["status"] == 200 and hit["route"] == "/models" and "duration_ms" in hit
 
@@ -337,7 +332,7 @@ def _send_and_keep_open(server: LiveServer, body: dict[str, Any]) -> socket.sock
 def test_429_with_retry_after_then_disconnect_frees_the_slot(held_queue: LiveServer) -> None:
     url = held_queue.url + "/encode"
     queued, first = _post_in_background(url, {"sentences": ["a red circle"]})
-    _poll(lambda: _metric(held_queue, "lnserve_queue_depth") == 1.0, "the first sentence to queue")
+    wait_until(lambda: _metric(held_queue, "lnserve_queue_depth") == 1.0, "the first sentence to queue")
 
     full = httpx.post(url, json={"sentences": ["a blue square", "a green star"]})  # 1 + 2 > max_queue
     assert full.status_code == 429 and full.headers["retry-after"] == "1"
@@ -348,9 +343,9 @@ def test_429_with_retry_after_then_disconnect_frees_the_slot(held_queue: LiveSer
 
     # a client that goes away while queued is withdrawn at once: its room is free for the next request
     gone = _send_and_keep_open(held_queue, {"sentences": ["a cat"]})
-    _poll(lambda: _metric(held_queue, "lnserve_queue_depth") == 1.0, "the abandoned sentence to queue")
+    wait_until(lambda: _metric(held_queue, "lnserve_queue_depth") == 1.0, "the abandoned sentence to queue")
     gone.close()
-    _poll(lambda: _metric(held_queue, "lnserve_cancelled_total") == 1.0, "the withdrawal")
+    wait_until(lambda: _metric(held_queue, "lnserve_cancelled_total") == 1.0, "the withdrawal")
     assert _metric(held_queue, "lnserve_queue_depth") == 0.0
     both = httpx.post(
         url, json={"sentences": ["a dog", "a bus"]}, timeout=60
@@ -381,7 +376,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
         assert _read_until(sock, b"\r\n\r\n").startswith(b"HTTP/1.1 100")  # the app awaits our body
         srv.proc.send_signal(signal.SIGTERM)
         # uvicorn has stopped accepting and now waits (up to drain_timeout_s) for in-flight requests
-        _poll(lambda: "Waiting for connections to close" in srv.log(), "the server to start draining")
+        wait_until(lambda: "Waiting for connections to close" in srv.log(), "the server to start draining")
         sock.sendall(body)  # the request completes only now, during the drain: it must still be answered
         response = _read_until(sock, None)  # draining: the server closes the connection after answering
     assert response.startswith(b"HTTP/1.1 200"), response[:300]

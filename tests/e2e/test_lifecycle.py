@@ -69,6 +69,7 @@ def test_a_model_that_cannot_be_built_at_startup_stops_the_server_with_exit_2(tm
     assert "onnx_model_invalid" in last and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # over 10 s
 def test_requests_cut_by_the_drain_deadline_get_a_json_503_and_the_process_exits(tmp_path: Path) -> None:
     """50 requests at SIGTERM with a 2 s drain timeout: 40 clients still sending their body (not in flight
     yet) and 10 requests queued behind a 6 s batching wait. None can finish in time."""

@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e.rawhttp import RawConnection
 from tests.e2e.server import LiveServer, start_server
+from tests.support.poll import wait_until
 
 KEY = "overload-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -28,11 +29,7 @@ DEADLINE_S = 30.0
 
 
 def _wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    wait_until(condition, what, timeout=DEADLINE_S, every=0.02)
 
 
 def _metric(server: LiveServer, name: str, labels: str = "") -> float:

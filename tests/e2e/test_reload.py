@@ -76,46 +76,50 @@ def test_reload_switches_versions_and_a_failed_reload_keeps_the_old(tmp_path: Pa
             r = httpx.post(f"{server.url}/models/{NAME}/reload", timeout=60)
             assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
 
-            # install v2 and reload while requests keep coming: each gets v1 or v2, never an error
+            # install v2 and reload while requests keep coming: each answer is wholly v1 or wholly v2, never
+            # an error; every request sent after the reload returned gets v2; within one client (requests in
+            # sequence) v1 never follows v2. Times and versions are kept per thread: no positions counted.
             shutil.rmtree(model_dir)
             shutil.copytree(snapshot, model_dir)
-            seen: list[str] = []
+            answers: list[list[tuple[float, str]]] = [[] for _ in range(3)]  # (sent at, version) per thread
             stop = threading.Event()
 
-            def hammer() -> None:
+            def version(r: httpx.Response) -> str:
+                if r.status_code != 200:
+                    return f"error {r.status_code}: {r.text}"
+                got = np.asarray(r.json()["vectors"], dtype=np.float32)
+                for label, want in (("v1", v1), ("v2", v2)):
+                    if np.abs(got - want).max() < 1e-5:
+                        return label
+                return "mixed or unknown vectors"
+
+            def hammer(mine: list[tuple[float, str]]) -> None:
                 with httpx.Client(base_url=server.url, timeout=120, headers=AUTH) as h:
                     while not stop.is_set():
-                        r = h.post("/encode", json={"sentences": CAPTIONS})
-                        if r.status_code != 200:
-                            seen.append(f"error {r.status_code}: {r.text}")
-                            continue
-                        got = np.asarray(r.json()["vectors"], dtype=np.float32)
-                        seen.append(
-                            "v1"
-                            if np.abs(got - v1).max() < 1e-5
-                            else "v2"
-                            if np.abs(got - v2).max() < 1e-5
-                            else "?"
-                        )
+                        sent = time.monotonic()
+                        mine.append((sent, version(h.post("/encode", json={"sentences": CAPTIONS}))))
 
-            threads = [threading.Thread(target=hammer) for _ in range(3)]
+            threads = [threading.Thread(target=hammer, args=(mine,)) for mine in answers]
             for t in threads:
                 t.start()
-            deadline = time.monotonic() + 60
-            while "v1" not in seen:
+            deadline = time.monotonic() + 120
+            while not all(any(v == "v1" for _, v in mine) for mine in answers):
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             r = c.post(f"/models/{NAME}/reload")
             assert r.status_code == 200, r.text
-            n_at_switch = len(seen)
-            while len(seen) < n_at_switch + 6:
+            switched = time.monotonic()
+            while not all(sum(t >= switched for t, _ in mine) >= 2 for mine in answers):
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             stop.set()
             for t in threads:
                 t.join(60)
-            assert set(seen) == {"v1", "v2"} and seen[-1] == "v2", seen
-            assert seen.index("v2") >= seen.index("v1") and "v1" not in seen[n_at_switch + 3 :]
+            for mine in answers:
+                versions = [v for _, v in mine]
+                assert set(versions) <= {"v1", "v2"}, versions
+                assert all(v == "v2" for t, v in mine if t >= switched), mine
+                assert "v1" not in versions[versions.index("v2") :], versions
 
             after = _served(c)
             assert r.json()["sha256"] == after["sha256"] != before["sha256"]

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from lnserve.app.galleries.store import GalleryStore, ModelRef
 from lnserve.app.runtime.engine import Engine
 from tests.conftest import LEGACY
 from tests.e2e.server import LiveServer, start_server
+from tests.support.poll import wait_until
 
 MODEL = "oe_order_gru"
 IMAGES = np.load(LEGACY / "order_embedding" / "images.npy")
@@ -27,13 +27,6 @@ def _metric(server: LiveServer, name: str, labels: str = "") -> float:
     text = httpx.get(server.url + "/metrics", timeout=10).text
     m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.MULTILINE)
     return float(m.group(1)) if m else 0.0
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def _timings(r: httpx.Response) -> tuple[float, float, int]:
@@ -87,6 +80,7 @@ def test_timing_headers_and_histograms(artifacts: dict[str, Path], tmp_path: Pat
         server.stop()
 
 
+@pytest.mark.slow  # over 10 s
 def test_batch_size_shows_requests_sharing_a_model_call(artifacts: dict[str, Path], tmp_path: Path) -> None:
     """An idle model waits max_wait_ms for company, up to max_batch_size rows: the second request fills the
     batch, so both run in one call of 2 (the first one queued for as long as it waited)."""
@@ -101,7 +95,7 @@ def test_batch_size_shows_requests_sharing_a_model_call(artifacts: dict[str, Pat
     try:
         first = threading.Thread(target=post, args=("first",))
         first.start()
-        _wait_for(lambda: _metric(server, "lnserve_queue_depth", depth) == 1, "the first job queued")
+        wait_until(lambda: _metric(server, "lnserve_queue_depth", depth) == 1, "the first job queued")
         post("second")
         first.join(120)
         (q1, i1, n1), (q2, i2, n2) = _timings(results["first"]), _timings(results["second"])

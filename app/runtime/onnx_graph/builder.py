@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -38,7 +39,7 @@ class GraphBuilder:
         """Append one node and return its (first) output's name."""
         return self.op_multi(op_type, inputs, n_out, **attrs)[0]
 
-    def op_multi(self, op_type: str, inputs: list[str], n_out: int, **attrs: object) -> list[str]:
+    def op_multi(self, op_type: str, inputs: list[str], n_out: int, **attrs: Any) -> list[str]:
         """Append one node and return all its output names."""
         outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
         name = self.fresh("node_" + op_type)

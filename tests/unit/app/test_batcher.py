@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from lnserve.app.batcher import BatchLimits, MicroBatcher, QueueFullError, ShuttingDownError
 from lnserve.app.errors import http_status
+from tests.support.poll import wait_until_async
 
 
 class Recorder:
@@ -49,11 +49,7 @@ def _batcher(rec: Recorder, **limits: Any) -> MicroBatcher:
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Yield to the loop (and the worker thread) until ``condition`` holds; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.001)
+    await wait_until_async(condition, "the batcher", timeout=timeout)
 
 
 async def _hold_worker(b: MicroBatcher, rec: Recorder) -> asyncio.Future[Any]:

@@ -134,6 +134,35 @@ def test_kernels_follow_the_lane_order_bit_for_bit(side: str) -> None:
             assert np.array_equal(got, want), (kernel.name, dim, n_queries, n_items)
 
 
+def test_dot_products_follow_the_lane_order_bit_for_bit() -> None:
+    """Cosine galleries: the dot product in the same fixed order, so a score depends only on its two
+    vectors (never on the matrix shape, the shard layout or the CPU's BLAS)."""
+    rng = np.random.default_rng(4)
+    for dim, n_queries, n_items in (
+        (1024, 5, 600),
+        (37, 9, 203),
+        (16, 4, 4),
+        (5, 1, 3),
+        (33, 1, 1),
+        (8, 2, 0),
+    ):
+        items = rng.standard_normal((n_items, dim)).astype(np.float32)
+        queries = rng.standard_normal((n_queries, dim)).astype(np.float32)
+        prod = queries[:, None, :] * items[None]
+        acc = np.zeros((*prod.shape[:2], 16), dtype=np.float32)
+        full = dim // 16 * 16
+        for d in range(0, full, 16):
+            acc += prod[:, :, d : d + 16]
+        acc[:, :, : dim - full] += prod[:, :, full:]
+        for width in (8, 4, 2, 1):
+            acc = acc[:, :, :width] + acc[:, :, width : 2 * width]
+        for kernel in _kernels():
+            got = kernel.dot(queries, items)
+            assert got.dtype == np.float32 and np.array_equal(got, acc[:, :, 0]), (kernel.name, dim)
+        alone = [NUMPY.dot(queries, items[i : i + 1]) for i in range(n_items)]  # one row at a time
+        assert np.array_equal(np.concatenate(alone, axis=1) if alone else acc[:, :, 0], acc[:, :, 0])
+
+
 def test_numba_kernel_reads_read_only_memory_maps(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     items = rng.random((300, 64), dtype=np.float32)
@@ -182,6 +211,7 @@ def _avx512() -> bool:
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
+@pytest.mark.slow  # over 10 s
 @pytest.mark.skipif(
     not (shutil.which("cc") or shutil.which("gcc")), reason="torch.compile needs a C compiler"
 )

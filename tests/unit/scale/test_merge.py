@@ -72,6 +72,26 @@ def test_random_galleries_and_placements_match_one_store() -> None:
         ), trial
 
 
+@pytest.mark.parametrize("metric", ["cosine", "negative_cosine"])
+def test_cosine_scores_are_bit_identical_in_any_shard_layout(metric: str) -> None:
+    """Unrounded floats and planted duplicates: every shard layout and block size gives one store's floats
+    (the dot products sum in a fixed order, not BLAS's shape- and CPU-dependent one)."""
+    rng = np.random.default_rng(12)
+    for trial in range(10):
+        n, dim = int(rng.integers(5, 80)), int(rng.integers(3, 70))
+        items = rng.standard_normal((n, dim)).astype(np.float32)
+        items[rng.integers(0, n, size=n // 3)] = items[0]  # duplicates of row 0 all over
+        queries = rng.standard_normal((4, dim)).astype(np.float32)
+        cuts = sorted({0, n, *rng.integers(0, n, size=4).tolist()})
+        runs = [(int(rng.integers(0, 3)), a, b) for a, b in itertools.pairwise(cuts)]
+        k = int(rng.integers(1, n + 3))
+        assert _sharded(queries, items, k, metric, runs) == _single(queries, items, k, metric), trial
+        small = top_k(queries, items, k, metric=metric, kernel=NumpyKernel(1), block_rows=3)
+        whole = top_k(queries, items, k, metric=metric, kernel=NumpyKernel(1))
+        for a, b in zip(small.scores, whole.scores, strict=True):
+            assert np.array_equal(a, b), trial
+
+
 def test_merge_top_k_orders_by_score_then_position_and_drops_pos() -> None:
     a = [
         {"id": "a", "score": 1.0, "payload": 1, "pos": 5},

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import sqlite3
 import uuid
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from lnserve.app.galleries.errors import GalleryCorruptError, GalleryMismatchError, ItemNotFoundError
 from lnserve.app.galleries.store import CorruptGallery, GalleryInfo, GalleryStore, ModelRef
-from lnserve.app.scale.galleries import ShardedGalleries
+from lnserve.app.scale.galleries import ShardedGalleries, ShardUnavailableError
 from lnserve.app.scale.shard_store import shard_root
 from lnserve.app.scale.shards import GalleryShard, shard_name
 
@@ -134,6 +135,21 @@ def test_a_gallery_damaged_on_one_shard_is_quarantined_as_a_whole(tmp_path: Path
     assert len(hits) == 4  # every other gallery serves
     store.remove("g")  # a damaged gallery can still be removed
     assert [e.name for e in store.list()] == ["intact"]
+
+
+def test_a_shard_that_lost_its_part_answers_503_never_a_partial_result(tmp_path: Path) -> None:
+    """Shard 1 restarted where its directory is not (its part of the gallery gone): reads refuse with
+    shard_unavailable instead of answering from shard 0's half."""
+    store = _start(tmp_path)
+    _fill(store, "g", 3)
+    q = _vecs(1, 9)
+    assert len(store.search("g", q, 10, query_kind="captions", model=MODEL)["results"][0]) == 6
+    shutil.rmtree(shard_root(tmp_path, 1, SHARDS) / "g")
+    store = _start(tmp_path)
+    with pytest.raises(ShardUnavailableError, match="shard-1-of-2"):
+        store.search("g", q, 10, query_kind="captions", model=MODEL)
+    with pytest.raises(ShardUnavailableError):
+        store.get("g")
 
 
 def test_leftovers_are_cleaned_on_every_shard(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ def test_vocabulary_by_descending_frequency_from_id_2() -> None:
     assert build_vocab([["b a a", "c b a"]]) == {"a": 2, "b": 3, "c": 4}
 
 
+@pytest.mark.slow  # over 10 s
 @pytest.mark.parametrize("cell", ["gru", "lngru", "rlngru"])
 def test_a_few_steps_reduce_the_loss(world: tuple[PairData, PairData], cell: str) -> None:
     cfg = replace(TINY, cell=cell, epochs=12, batch_size=48, lr=1e-2, valid_freq=1000)
@@ -45,6 +46,7 @@ def test_a_few_steps_reduce_the_loss(world: tuple[PairData, PairData], cell: str
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
 
 
+@pytest.mark.slow  # over 10 s
 def test_seeded_runs_are_identical(world: tuple[PairData, PairData]) -> None:
     a, b = _run(TINY, world), _run(TINY, world)
     assert a.losses == b.losses
