@@ -199,7 +199,7 @@ class ModelEntry:
             if keep_end:
                 seqs[i] = seq[-limit:]  # type: ignore[assignment]  # eos, when on, is among the last tokens
             else:
-                seqs[i] = seq[: limit - 1] + seq[-1:] if eos else seq[:limit]  # type: ignore[assignment]
+                seqs[i] = [*seq[: limit - 1], *seq[-1:]] if eos else seq[:limit]  # type: ignore[assignment]
         return seqs
 
     async def prepare_async(
@@ -213,10 +213,12 @@ class ModelEntry:
     ) -> tuple[list[list[int]], bool]:
         """``prepare`` for a request: small bodies on the event loop (a thread hop costs more than they
         do), large ones in a thread so tokenising megabytes of text never stalls other requests."""
-        kwargs = {"pretokenized": pretokenized, "eos": eos, "truncate": truncate, "keep_end": keep_end}
+        prepare = functools.partial(
+            self.prepare, sentences, pretokenized=pretokenized, eos=eos, truncate=truncate, keep_end=keep_end
+        )
         if sum(map(len, sentences)) <= INLINE_TOKENIZE_CHARS:
-            return self.prepare(sentences, **kwargs)
-        return await asyncio.to_thread(functools.partial(self.prepare, sentences, **kwargs))
+            return prepare()
+        return await asyncio.to_thread(prepare)
 
     def tokenize(
         self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None, truncate: bool = False

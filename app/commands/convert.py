@@ -100,7 +100,7 @@ def convert_skip_thoughts_training_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Convert a skip-thoughts training/-format checkpoint (the layer-norm LN-GRU release)."""
-    from rich.progress import TaskProgressColumn
+    from rich.progress import TaskID, TaskProgressColumn
 
     from lnserve.app.commands.common import check_output_dir, stderr_progress
     from lnserve.converters.artifact import model_name
@@ -108,7 +108,7 @@ def convert_skip_thoughts_training_cmd(
 
     check_output_dir(out)
     with stderr_progress(TaskProgressColumn()) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(label: str, done: int, total: int) -> None:
             if label not in tasks:

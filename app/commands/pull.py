@@ -58,9 +58,7 @@ def pull(
     ] = None,
     word2vec: Annotated[
         Path | None,
-        typer.Option(
-            "--word2vec", help="Training-format sets: a word2vec file to expand the vocabulary."
-        ),
+        typer.Option("--word2vec", help="Training-format sets: a word2vec file to expand the vocabulary."),
     ] = None,
 ) -> None:
     """Download a published checkpoint set and convert it into a servable model artifact DIR/NAME."""

@@ -304,6 +304,11 @@ def sick_r(ctx: Context) -> dict[str, Any]:
     xdev = features(trial.a, trial.b, "sick trial")
     rounds: list[float] = []
     with ctx.bar("sick-r: Adam until the trial r stops rising (rounds)", None) as advance:
+
+        def on_round(_: int, r: float) -> None:
+            rounds.append(r)
+            advance(1)
+
         predict = train_softmax(
             xtr,
             encode_labels(ytr),
@@ -311,7 +316,7 @@ def sick_r(ctx: Context) -> dict[str, Any]:
             trial.y,
             seed=ctx.seed,
             epochs_per_check=10 if ctx.fast else 100,
-            on_round=lambda n, r: (rounds.append(r), advance(1)),
+            on_round=on_round,
         )
     xte = features(test.a, test.b, "sick test")
     yhat = expected_score(predict(xte))

@@ -84,5 +84,6 @@ def train_softmax(
         else:
             break
     final = torch.nn.Linear(d, CLASSES)
-    final.load_state_dict(best_state)  # round 1 always beats -1
+    assert best_state is not None  # round 1 always beats -1
+    final.load_state_dict(best_state)
     return lambda inp: proba(final, torch.as_tensor(inp, dtype=torch.float32)).double().numpy()

@@ -9,6 +9,7 @@ are optional. SentEval's own ``examples/skipthought.py`` encodes with ``use_eos=
 from __future__ import annotations
 
 from collections.abc import MutableMapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,9 @@ def prepare(params: MutableMapping[str, Any], samples: Sequence[Sequence[str]]) 
         from lnserve.app.evaluation.encoders import EngineEncoder
         from lnserve.app.runtime.engine import DEFAULT_BACKEND
 
+        assert model is not None  # exactly one of the two (checked above)
         params[ENCODER_KEY] = EngineEncoder.open(
-            model, backend=params.get("lnserve_backend", DEFAULT_BACKEND)
+            Path(model), backend=params.get("lnserve_backend", DEFAULT_BACKEND)
         )
 
 

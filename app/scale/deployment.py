@@ -149,7 +149,7 @@ class LnserveReplica:
     async def _broadcast(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every replica of the deployment (this one included): results or exceptions."""
         response = self._handle().broadcast(method, *args)
-        return await response.results_async(timeout_s=BROADCAST_TIMEOUT_S, return_exceptions=True)  # type: ignore[no-any-return]
+        return await response.results_async(timeout_s=BROADCAST_TIMEOUT_S, return_exceptions=True)
 
     # the two-phase reload (scale.reload): called on every replica by the coordinating one
     async def stage_reload(self, token: str, name: str) -> tuple[str, Any]:

@@ -248,7 +248,9 @@ def _check_proxy_address(settings: Settings) -> None:
 
     from lnserve.app.server import AddressInUseError
 
-    http = _get_global_client().http_config
+    client = _get_global_client()
+    assert client is not None  # serve.start just ran
+    http = client.http_config
     if (http.host, http.port) != (settings.host, settings.port):
         raise AddressInUseError(
             f"cannot serve on {settings.host}:{settings.port}: Ray Serve on this cluster already listens on "

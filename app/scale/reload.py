@@ -84,8 +84,7 @@ class ClusterReload:
         token = uuid.uuid4().hex
         async with self._lock:
             staged = await self.broadcast("stage_reload", token, name)
-            failures = [_failure(r) for r in staged]
-            failures = [f for f in failures if f is not None]
+            failures = [f for f in map(_failure, staged) if f is not None]
             shas = {r[1] for r in staged if _failure(r) is None}
             if not failures and len(shas) > 1:
                 failures = [f"replicas read different versions ({', '.join(sorted(s[:12] for s in shas))})"]
