@@ -20,13 +20,12 @@ test: $(STAMP) typecheck
 	$(BIN)/python -m pytest -q
 
 # mypy (settings in pyproject.toml) reads the package under its installed names through a view of links:
-# .mypy_cache/src/lnserve/{__init__.py, app, models, converters} -> the checkout (setup.py maps the folders
+# .mypy_cache/src/lnserve/{*.py, eval, app, models, converters} -> the checkout (setup.py maps the folders
 # at install time, which no type checker follows). Incremental: ~10 s with its cache, about a minute cold.
 TYPECHECK_VIEW := .mypy_cache/src/lnserve
 typecheck: $(STAMP)
 	@mkdir -p $(TYPECHECK_VIEW)
-	@ln -sfn $(CURDIR)/lnserve/__init__.py $(TYPECHECK_VIEW)/__init__.py
-	@for d in app models converters; do ln -sfn $(CURDIR)/$$d $(TYPECHECK_VIEW)/$$d; done
+	@for f in lnserve/*.py lnserve/eval app models converters; do ln -sfn $(CURDIR)/$$f $(TYPECHECK_VIEW)/$$(basename $$f); done
 	MYPYPATH=$(dir $(TYPECHECK_VIEW)) $(BIN)/mypy -p lnserve
 
 lint: $(STAMP)

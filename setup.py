@@ -17,7 +17,6 @@ package_dir = {"lnserve": "lnserve"}
 for root in SUBPACKAGES:
     package_dir[f"lnserve.{root}"] = root
     packages += [f"lnserve.{name}" for name in find_packages(include=[root, f"{root}.*"])]
-packages.append("lnserve.app.demo_model")  # data only: the embedded demo artifact and its gallery
 
 # A plain shared library that onnxruntime dlopens (not a Python module). Portable flags only: the row loop is
 # compiled per x86-64 level and picked at load time (see lngru_step.cc), never -march=native.

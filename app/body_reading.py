@@ -22,7 +22,8 @@ from collections.abc import Callable
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope
 
-from lnserve.app.errors import OverloadedError, RequestTimeoutError, RequestTooLargeError
+from lnserve.app.http.errors import RequestTimeoutError
+from lnserve.app.serving.errors import OverloadedError, RequestTooLargeError
 
 
 def client_key(scope: Scope) -> str:

@@ -17,8 +17,8 @@ from typing import Annotated, NoReturn
 import typer
 
 from lnserve.app.commands import convert, dictionary, encode, eval, gallery, model, pull, serve, train
-from lnserve.converters.errors import LnserveError
-from lnserve.converters.storage import storage_full
+from lnserve.errors import LnserveError
+from lnserve.storage import storage_full
 
 app = typer.Typer(
     name="lnserve",

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from lnserve.app.runtime.engine import BACKENDS, DEFAULT_BACKEND
 from lnserve.app.runtime.retrieval import SCORERS
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 
 class InvalidSettingError(UserInputError):

@@ -2,7 +2,7 @@
 
 ``build_variant_graph`` takes the production builder's arguments (``lnserve.app.runtime.onnx_graph``) plus
 the alternatives below; with none of them set it builds the production graph. Every variant is exact to
-float32 rounding (tests/unit/test_onnx_graph.py checks them against a float64 reference):
+float32 rounding (tests/unit/app/runtime/test_onnx_graph.py checks them against a float64 reference):
 
   form="unrolled", steps=T: a straight-line graph for a fixed T (one per length bucket), which CUDA graphs can
     capture, unlike Loop/Scan (spec §11). Passing ``steps`` without ``form`` selects it.

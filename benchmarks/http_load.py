@@ -46,8 +46,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lnserve.app.demo_model.data import ensure_demo_artifact  # noqa: E402
 from lnserve.app.runtime.engine import Engine  # noqa: E402
-from lnserve.app.training.demo import ensure_demo_artifact  # noqa: E402
 from tests.e2e.server import start_server  # noqa: E402
 
 

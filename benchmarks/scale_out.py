@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.http_load import http_load, published_size_model, vocabulary  # noqa: E402
-from lnserve.app.training.demo import ensure_demo_artifact  # noqa: E402
+from lnserve.app.demo_model.data import ensure_demo_artifact  # noqa: E402
 from tests.e2e.server import start_server  # noqa: E402
 
 ROLES = (  # (role, what its command line contains), first match wins

@@ -43,7 +43,7 @@ from lnserve.converters.artifact import finish_manifest, save_weights, staging_d
 DIM_WORD, UNI_DIM, BI_DIM, PUBLISHED_ROWS = 620, 2400, 1200, 930_913
 WORDS = "a dog sitting on the table with man woman riding horse street two people are playing in park".split()
 IMPORTS = (
-    "import uvicorn, lnserve.app.cli, lnserve.app.commands.serve, lnserve.app.main, "
+    "import uvicorn, lnserve.app.cli, lnserve.app.commands.serve, lnserve.app.http.main, "
     "lnserve.app.runtime.engine, lnserve.app.runtime.onnx_backend"
 )
 SENTENCES = [

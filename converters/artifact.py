@@ -23,9 +23,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
-from lnserve.converters.hashing import sha256_file, sha256_unchanged_file
-from lnserve.converters.storage import out_of_space_reported
 from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
+from lnserve.hashing import sha256_file, sha256_unchanged_file
+from lnserve.storage import out_of_space_reported
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

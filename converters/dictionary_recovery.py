@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from lnserve.converters.errors import CorruptFileError, TableMismatchError, shown
+from lnserve.converters.errors import CorruptFileError, TableMismatchError
 from lnserve.converters.legacy_files import open_npz, read_dictionary, visit_table_rows
 from lnserve.converters.vocab_pickle import SPECIAL_WORDS
+from lnserve.errors import shown
 
 
 @dataclass

@@ -24,8 +24,9 @@ from typing import IO, Any, cast
 
 import numpy as np
 
-from lnserve.converters.errors import CorruptFileError, TableMismatchError, shown
+from lnserve.converters.errors import CorruptFileError, TableMismatchError
 from lnserve.converters.safe_pickle import py2_strings, safe_load
+from lnserve.errors import shown
 
 log = logging.getLogger("lnserve.converters")
 _NUMPY_MULTIARRAY = ("numpy.core.multiarray", "numpy._core.multiarray")

@@ -12,8 +12,7 @@ import numpy as np
 from lnserve.converters import CONVERTER_VERSION
 from lnserve.converters.artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
 from lnserve.converters.detect import detect_cell
-from lnserve.converters.errors import CorruptFileError, shown
-from lnserve.converters.hashing import sha256_file
+from lnserve.converters.errors import CorruptFileError
 from lnserve.converters.legacy_files import int_option, open_npz, read_legacy_pickle
 from lnserve.converters.param_map import (
     cell_state_dict,
@@ -22,6 +21,8 @@ from lnserve.converters.param_map import (
     extra_keys,
     legacy_cell_params,
 )
+from lnserve.errors import shown
+from lnserve.hashing import sha256_file
 
 log = logging.getLogger("lnserve.converters")
 

@@ -30,7 +30,8 @@ from typing import IO, Any, ClassVar, cast
 
 import numpy as np
 
-from lnserve.converters.errors import ConversionError, CorruptFileError, UnsafePickleError, shown
+from lnserve.converters.errors import ConversionError, CorruptFileError, UnsafePickleError
+from lnserve.errors import shown
 
 _NP_RECONSTRUCT = np._core.multiarray._reconstruct  # type: ignore[attr-defined]
 _RECONSTRUCT_NAMES = (("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"))

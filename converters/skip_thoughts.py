@@ -24,8 +24,7 @@ from lnserve.converters.artifact import (
     write_json,
 )
 from lnserve.converters.detect import detect_cell
-from lnserve.converters.errors import CorruptFileError, TableMismatchError, UserInputError, shown
-from lnserve.converters.hashing import sha256_file
+from lnserve.converters.errors import CorruptFileError, TableMismatchError
 from lnserve.converters.legacy_files import (
     convert_table,
     int_option,
@@ -35,6 +34,8 @@ from lnserve.converters.legacy_files import (
     require_file,
 )
 from lnserve.converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
+from lnserve.errors import UserInputError, shown
+from lnserve.hashing import sha256_file
 
 log = logging.getLogger("lnserve.converters")
 

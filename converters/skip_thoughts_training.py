@@ -19,14 +19,15 @@ import numpy as np
 
 from lnserve.converters import CONVERTER_VERSION
 from lnserve.converters.artifact import finish_manifest, save_weights, staging_dir, write_json
-from lnserve.converters.errors import CorruptFileError, shown
-from lnserve.converters.hashing import sha256_file
+from lnserve.converters.errors import CorruptFileError
 from lnserve.converters.legacy_files import int_option, open_npz, read_legacy_pickle
 from lnserve.converters.param_map import check_params
 from lnserve.converters.skip_thoughts import DICTIONARY, TABLE_FILES, read_skip_half
 from lnserve.converters.vocab_expansion import fit_linear_map, plan_expansion, write_predictions
 from lnserve.converters.vocab_pickle import SPECIAL_WORDS, read_word_dictionary
 from lnserve.converters.word2vec import read_header
+from lnserve.errors import shown
+from lnserve.hashing import sha256_file
 
 log = logging.getLogger("lnserve.converters")
 

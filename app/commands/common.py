@@ -14,8 +14,8 @@ import numpy as np
 import typer
 
 from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.converters.errors import UserInputError
-from lnserve.converters.storage import storage_full
+from lnserve.errors import UserInputError
+from lnserve.storage import storage_full
 
 if TYPE_CHECKING:  # rich loads only when a command draws progress
     from rich.progress import Progress, ProgressColumn

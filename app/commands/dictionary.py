@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 dictionary_app = typer.Typer(
     help="Word dictionaries of the skip-thoughts training format.", no_args_is_help=True

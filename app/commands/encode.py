@@ -18,7 +18,7 @@ from lnserve.app.commands.common import (
 )
 from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine
 from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 
 def encode(

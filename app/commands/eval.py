@@ -16,7 +16,7 @@ from typer._click.exceptions import MissingParameter
 from lnserve.app.commands.common import BackendOpt, check_output, load_matrix, read_lines, save_text
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
 from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 
 def evaluate(

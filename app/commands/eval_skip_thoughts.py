@@ -12,7 +12,7 @@ import typer
 
 from lnserve.app.commands.common import BackendOpt, check_output, progress_bar, save_text
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 
 def parse_tasks(value: str) -> list[str]:

@@ -13,7 +13,7 @@ import typer
 from lnserve.app.commands.common import BackendOpt, load_matrix, progress_bar, read_lines
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
 from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 if TYPE_CHECKING:
     from lnserve.app.galleries.store import GalleryStore
@@ -118,7 +118,7 @@ def ls(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List galleries: name, kind, items, dim, model and score direction."""
-    from lnserve.app.galleries.store import CorruptGallery
+    from lnserve.app.galleries.layout import CorruptGallery
     from lnserve.app.runtime.retrieval import score_info
 
     infos = _store(galleries_dir).list()
@@ -148,7 +148,7 @@ def rm(
 
 
 def _valid_name(value: str) -> str:
-    from lnserve.app.galleries.store import check_gallery_name
+    from lnserve.app.galleries.rules import check_gallery_name
 
     return check_gallery_name(value)
 

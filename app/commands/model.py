@@ -21,7 +21,7 @@ def export(
 ) -> None:
     """Export the artifact's encoders to ONNX (written into the artifact, recorded in its manifest)."""
     from lnserve.app.runtime.onnx_export import export_onnx
-    from lnserve.converters.errors import UserInputError
+    from lnserve.errors import UserInputError
 
     if form not in ("scan", "loop", "native"):
         raise UserInputError(f"--form must be scan, loop or native, not {form!r}")

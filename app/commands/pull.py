@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from lnserve.app.commands.common import check_output_dir, stderr_progress
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 
 def pull(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 if TYPE_CHECKING:
     from lnserve.app.settings import Settings
@@ -62,9 +62,9 @@ def serve(
     ] = 1.0,
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
+    from lnserve.app.http.server import serve_app
     from lnserve.app.log_setup import configure_logging
-    from lnserve.app.registry import demo_if_empty, resolve_model_dirs
-    from lnserve.app.server import serve_app
+    from lnserve.app.serving.registry import demo_if_empty, resolve_model_dirs
     from lnserve.app.settings import load_settings
 
     overrides: dict[str, Any] = {

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from lnserve.app.commands.common import check_output_dir, load_matrix, read_lines
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 train_app = typer.Typer(help="Train or fine-tune encoders; generate the demo world.", no_args_is_help=True)
 

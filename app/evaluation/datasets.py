@@ -2,7 +2,8 @@
 
 Each reader follows the original loader line for line (``dataset_handler.py``, ``eval_trec.py``,
 ``eval_msrp.py``, ``eval_sick.py``; SentEval's ``sick.py`` and ``sts.py``): the same decoding, stripping,
-header skipping and label syntax. A missing or malformed file is one ``EvalDataError`` naming the file.
+header skipping and label syntax. A missing or malformed file is one ``EvalDataError`` (``eval_data``, a
+UserInputError: one line on the CLI, exit 2) naming the file.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 STS14_SETS = ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news")
 SICK_FILES = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 
 class HttpEncoder:

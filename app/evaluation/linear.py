@@ -17,7 +17,7 @@ def _require_sklearn() -> None:
     try:
         import sklearn  # noqa: F401
     except ImportError:
-        from lnserve.converters.errors import UserInputError
+        from lnserve.errors import UserInputError
 
         raise UserInputError(
             "the faithful protocols fit scikit-learn's liblinear: pip install 'lnserve[eval]' "

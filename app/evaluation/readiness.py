@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lnserve.app.evaluation import datasets as ds
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 READERS = {
     "mr": lambda d: ds.read_binary(d, "mr"),

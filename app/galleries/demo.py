@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from lnserve.app.galleries.errors import GalleryNotFoundError
+from lnserve.app.galleries.layout import GalleryInfo
 from lnserve.app.galleries.protocol import GalleryStoreAPI
-from lnserve.app.galleries.store import GalleryInfo
 from lnserve.app.runtime.model_ref import ModelRef
 
 log = logging.getLogger("lnserve.galleries")
@@ -41,7 +41,7 @@ def shipped_demo() -> ShippedDemo:
     Raises:
         ArtifactError: the package lacks the demo (run ``make demo-model``).
     """
-    from lnserve.app.training import demo
+    from lnserve.app.demo_model import data as demo
 
     return ShippedDemo(demo.ensure_demo_artifact(), demo.DEMO_NAME, demo.demo_gallery_data)
 

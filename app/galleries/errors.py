@@ -16,7 +16,7 @@ LnserveError
 
 from __future__ import annotations
 
-from lnserve.converters.errors import LnserveError, UserInputError
+from lnserve.errors import LnserveError, UserInputError
 
 
 class GalleryError(UserInputError):

@@ -3,7 +3,7 @@
 Two engines implement it: ``GalleryStore`` (one process) and ``lnserve.app.scale.galleries.ShardedGalleries``
 (``serve --ray``: a facade over the gallery shards). The app must call nothing on ``app.state.galleries``
 that is not declared here, and both implementations must provide all of it with the same signatures,
-results and errors; ``tests/unit/scale/test_store_protocol.py`` checks both, so a method the app starts
+results and errors; ``tests/unit/app/scale/test_store_protocol.py`` checks both, so a method the app starts
 using is added here, and to the Ray facade, in the same change.
 """
 
@@ -16,7 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from lnserve.app.galleries.store import GalleryEntry, GalleryInfo, ModelRef
+from lnserve.app.galleries.layout import GalleryEntry, GalleryInfo
+from lnserve.app.galleries.store import ModelRef
 
 
 @runtime_checkable

@@ -27,14 +27,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
 import fcntl
-import functools
 import json
 import logging
-import math
 import os
-import re
 import shutil
 import sqlite3
 import stat
@@ -42,14 +38,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from lnserve.app.galleries import integrity
+from lnserve.app.galleries.checks import GalleryChecks
 from lnserve.app.galleries.errors import (
     DuplicateItemError,
     GalleryCorruptError,
@@ -60,181 +56,51 @@ from lnserve.app.galleries.errors import (
     InvalidItemIdError,
     ItemNotFoundError,
 )
+from lnserve.app.galleries.layout import (
+    DB,
+    KINDS,
+    LOCK,
+    VECTORS,
+    CorruptGallery,
+    GalleryEntry,
+    GalleryInfo,
+    _Snapshot,
+    _State,
+    default_root,
+)
+from lnserve.app.galleries.rules import (
+    _NAME,
+    GALLERY_NAME_RULE,
+    _as_matrix,
+    _check_compatible,
+    _dump_payload,
+    _load_payload,
+    _require_utf8,
+    check_gallery_name,
+    new_item_id,
+)
+from lnserve.app.galleries.search import GallerySearch
+from lnserve.app.galleries.sqlite_faults import (
+    _counters,
+    _creation_alive,
+    _db_faults,
+    _existing_ids,
+    _fsync_dir,
+    _init_db,
+    _looks_like_gallery,
+    _meta_values,
+    _short_reason,
+)
+from lnserve.app.galleries.use_guards import _out_of_space_reported, _removal_reported
 from lnserve.app.runtime.model_ref import ModelRef
-from lnserve.app.runtime.retrieval import Side, get_kernel, metric_for, score_info, top_k
-from lnserve.converters.artifact import FAMILIES
-from lnserve.converters.errors import StorageFullError
-from lnserve.converters.storage import out_of_space_reported, storage_full
+from lnserve.app.runtime.retrieval import metric_for
 from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
+from lnserve.storage import storage_full
 
 log = logging.getLogger("lnserve.galleries")
 
-KINDS = ("images", "captions")
-MAX_K = 1000
-MAX_QUERIES = 1024
-MAX_DIM = 1 << 16
-DB, VECTORS, LOCK = "gallery.sqlite", "vectors.f32", "write.lock"
-# The one definition of a gallery name (store, HTTP schemas, CLI); always matched whole (``fullmatch``): a
-# ``$`` anchor would also match before a trailing newline and let ``"evil\n"`` become a directory name.
-GALLERY_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
-GALLERY_NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
-_NAME = re.compile(GALLERY_NAME_PATTERN)
-_SQL_VARS = 500  # rows per IN (...) query, under SQLite's variable limit
-_STALE_CREATING_S = 600.0  # a creating directory with no lock file this old was left by a crash
-_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
-_MALFORMED_BLOCK = "typeof(n) != 'integer' OR typeof(crc32) != 'integer'"
 
-
-def default_root() -> Path:
-    """``~/.local/share/lnserve/galleries``: the root when none is given (``LNSERVE_GALLERIES_DIR`` is read
-    by ``lnserve.app.settings.Settings``, whose ``galleries_dir`` callers pass)."""
-    return Path.home() / ".local" / "share" / "lnserve" / "galleries"
-
-
-def same_model(a: GalleryInfo, b: GalleryInfo) -> bool:
-    """Whether two galleries were embedded by the same model (both identities known: compare them; else
-    the manifests they pinned, conservatively)."""
-    if a.model_identity is not None and b.model_identity is not None:
-        return a.model_identity == b.model_identity
-    return a.model_sha256 == b.model_sha256
-
-
-@dataclass(frozen=True)
-class GalleryInfo:
-    name: str
-    uid: str
-    kind: str
-    dim: int
-    model: str
-    model_sha256: str  # the model's manifest.json when the gallery was made (pinned by older galleries)
-    family: str
-    method: str
-    metric: str
-    created_at: float
-    model_identity: str | None = None  # None: made before identities; pinned by model_sha256 until used
-    count: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "score": score_info(self.metric), "state": "ok", "reason": None}
-
-    def summary(self) -> dict[str, Any]:
-        """One line of ``/info``."""
-        return {"name": self.name, "state": "ok", "reason": None, "kind": self.kind, "model": self.model,
-                "count": self.count, "metric": self.metric}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class CorruptGallery:
-    """A quarantined gallery: why it cannot be served, and what could still be read of it."""
-
-    name: str
-    reason: str
-    info: GalleryInfo | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        known = self.info.as_dict() if self.info is not None else {}
-        return {**known, "name": self.name, "state": "corrupt", "reason": self.reason}
-
-    def summary(self) -> dict[str, Any]:
-        known = self.info.summary() if self.info is not None else {}
-        return {"kind": None, "model": None, "count": None, "metric": None, **known,
-                "name": self.name, "state": "corrupt", "reason": self.reason}  # fmt: skip
-
-
-GalleryEntry = GalleryInfo | CorruptGallery
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    """``check``: the gallery's state, what was verified, and the first fault found (if any)."""
-
-    name: str
-    ok: bool
-    reason: str | None
-    rows: int  # acknowledged rows (live items + tombstones)
-    count: int  # live items
-    verified_rows: int  # rows verified against their checksums
-    legacy_rows: int  # rows without checksums (made before them), checked for finite values only
-    good_rows: int  # rows [0, good_rows) are consistent: what repair keeps
-
-
-@dataclass(frozen=True)
-class RepairReport:
-    """``repair``: what was wrong, what was cut, and what was dropped."""
-
-    name: str
-    reason: str | None  # the fault repaired (None: nothing to repair)
-    rows_before: int
-    rows_after: int
-    dropped_ids: list[str] = field(default_factory=list)  # live items removed, in insertion order
-    fixed: list[str] = field(default_factory=list)  # other fixes (recreated files, recounted counters)
-    applied: bool = True  # False for a dry run
-
-    @property
-    def changed(self) -> bool:
-        return self.rows_after != self.rows_before or bool(self.dropped_ids) or bool(self.fixed)
-
-
-@dataclass(frozen=True)
-class _State:
-    """One read of a gallery's database, checked against its files."""
-
-    info: GalleryInfo
-    n_rows: int
-    n_deleted: int
-    repairs: int  # counter bumped by every repair: cached state from before one is never reused
-    vectors_id: tuple[int, int]  # (st_dev, st_ino) of vectors.f32: a replaced file is verified afresh
-
-    @property
-    def key(self) -> tuple[str, int, tuple[int, int]]:
-        """What cached verification and snapshots are valid for (rows aside)."""
-        return (self.info.uid, self.repairs, self.vectors_id)
-
-
-@dataclass
-class _Snapshot:
-    """Per-gallery search state cached between queries: which rows are live, and the vector map."""
-
-    key: tuple[str, int, tuple[int, int]]
-    n_rows: int
-    n_deleted: int
-    valid: np.ndarray
-    vectors: np.ndarray | None
-
-
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _out_of_space_reported(method: _Method) -> _Method:
-    """A use that runs out of space raises ``StorageFullError`` naming the gallery (HTTP 507), not a bare
-    OSError or SQLite's "disk I/O error": nothing acknowledged is lost (vectors are appended past the
-    acknowledged end and committed after their fsync; a failed append cuts its tail at once). Every write
-    path has it, and so do reads: SQLite writes a WAL index file to open a database, even to read it."""
-
-    @functools.wraps(method)
-    def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
-        with out_of_space_reported(f"gallery {name!r}", self.root):
-            return method(self, name, *args, **kwargs)
-
-    return checked  # type: ignore[return-value]
-
-
-def _removal_reported(method: _Method) -> _Method:
-    """A use that loses the race with a removal (``DELETE /galleries/NAME``, ``lnserve gallery rm``) raises
-    ``GalleryNotFoundError``: its files vanish mid-use, which would otherwise read as damage (a missing lock
-    or vector file: a false ``gallery_corrupt``) or as an I/O error (SQLite opening the WAL of a renamed
-    database). The gallery's directory is identified when the use starts: if it is gone, replaced or (made
-    meanwhile) new when the use fails, the failure is the race's, never reported as anything else."""
-
-    @functools.wraps(method)
-    def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
-        with self._removal_is_not_found(name):
-            return method(self, name, *args, **kwargs)
-
-    return checked  # type: ignore[return-value]
-
-
-class GalleryStore:
+class GalleryStore(GallerySearch, GalleryChecks):
     """All galleries under one root directory. Thread-safe; several processes may share a root."""
 
     def __init__(self, root: Path | str | None = None, *, scorer: str | None = None) -> None:
@@ -334,142 +200,6 @@ class GalleryStore:
                     raise full from None  # SQLite cannot open a database on a full disk: not damage
                 out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
         return out
-
-    def verify_all(self) -> builtins.list[GalleryEntry]:
-        """``verify`` every gallery (the server's start-up check); a damaged one is returned as a
-        ``CorruptGallery``, never raised, so one bad gallery never stops the others."""
-        out: builtins.list[GalleryEntry] = []
-        for name in self._names():
-            try:
-                out.append(self.verify(name))  # a gallery removed meanwhile: GalleryNotFoundError
-            except GalleryNotFoundError:
-                continue
-            except GalleryCorruptError as exc:
-                out.append(CorruptGallery(name, exc.reason, self._readable_info(name)))
-            except StorageFullError as exc:  # not damage: verified at its next use, once there is room
-                log.warning("gallery %s: not verified now: %s", name, exc)
-            except (OSError, sqlite3.Error) as exc:
-                out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
-        return out
-
-    @_out_of_space_reported
-    @_removal_reported
-    def verify(self, name: str) -> GalleryInfo:
-        """Check a gallery in full (files, counters, every acknowledged row against its checksum) and record
-        the checksums of rows written before checksums existed (trusted on first use, once verified finite).
-
-        Raises:
-            GalleryNotFoundError. GalleryCorruptError: the gallery is damaged.
-        """
-        with contextlib.ExitStack() as stack:
-            try:
-                stack.enter_context(self._write_lock(name))
-                writable = True
-            except OSError as exc:  # a read-only gallery (permissions, mount): verified, nothing recorded
-                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                    raise
-                writable = False
-            db = stack.enter_context(self._db(name))
-            state = self._open(name, db)
-            if writable:
-                self._record_legacy(name, db, state)
-            return state.info
-
-    @_out_of_space_reported
-    @_removal_reported
-    def check(self, name: str) -> CheckReport:
-        """Verify a gallery in full without changing it (``lnserve gallery check``); rows without checksums
-        are checked for finite values only.
-
-        Raises:
-            GalleryNotFoundError. GalleryCorruptError: no check can look past the fault (the database or its
-            description is missing or unreadable).
-        """
-        with self._db(name) as db:
-            db.execute("BEGIN")
-            report = self._inspect(name, db)[0]
-            db.execute("COMMIT")
-        return report
-
-    def _inspect(self, name: str, db: sqlite3.Connection) -> tuple[CheckReport, GalleryInfo]:
-        """Every fault of a gallery whose database is readable, and how many rows are consistent."""
-        gdir = self.root / name
-        info, n_rows, n_deleted = self._read_state(name, db)
-        faults = [f"{LOCK} is missing"] if not (gdir / LOCK).is_file() else []
-        found = integrity.scan(db, gdir / VECTORS, info.dim, n_rows)
-        if not (gdir / VECTORS).is_file():
-            faults.append(f"{VECTORS} is missing ({n_rows} rows are acknowledged)")
-        elif found.fault is not None:
-            faults.append(found.fault)
-        items = _items_fault(db, n_rows, n_deleted)
-        faults += [items] if items else []
-        report = CheckReport(
-            name=name,
-            ok=not faults,
-            reason="; ".join(faults) or None,
-            rows=n_rows,
-            count=n_rows - n_deleted,
-            verified_rows=min(found.covered, found.good_rows),
-            legacy_rows=max(0, n_rows - found.covered),
-            good_rows=found.good_rows,
-        )
-        return report, info
-
-    @_out_of_space_reported
-    @_removal_reported
-    def repair(self, name: str, *, dry_run: bool = False) -> RepairReport:
-        """Cut a damaged gallery back to its last consistent acknowledged state (``lnserve gallery
-        repair``): keep the rows before the first fault, drop the items stored at or after it, recreate a
-        missing lock or vector file, recount the counters.
-
-        Raises:
-            GalleryNotFoundError. GalleryCorruptError: beyond repair (no readable database or description).
-        """
-        vectors = self._path(name) / VECTORS
-        with contextlib.ExitStack() as stack:
-            lock_missing = not (vectors.parent / LOCK).is_file()
-            if not dry_run:
-                stack.enter_context(self._write_lock(name, create=True))
-            try:
-                db = stack.enter_context(self._db(name))
-                found, info = self._inspect(name, db)
-            except GalleryCorruptError as exc:
-                raise GalleryCorruptError(
-                    name,
-                    f"{exc.reason}; repair cannot rebuild the database: restore the gallery from a backup "
-                    f"or remove it (lnserve gallery rm {name})",
-                ) from None
-            cut, n_rows = found.good_rows, found.rows
-            dropped = [
-                str(r[0]) for r in db.execute("SELECT id FROM items WHERE pos >= ? ORDER BY pos", (cut,))
-            ]
-            kept = int(db.execute("SELECT count(*) FROM items WHERE pos < ?", (cut,)).fetchone()[0])
-            fixed = [f"recreated {LOCK}"] if lock_missing else []
-            fixed += [f"recreated an empty {VECTORS}"] if not vectors.is_file() else []
-            if cut == n_rows and kept != found.count:
-                fixed.append(f"recounted the counters ({kept} live items)")
-            reasons = [f"{LOCK} is missing"] if lock_missing and not dry_run else []  # created just now
-            reason = "; ".join([*reasons, *([found.reason] if found.reason else [])]) or None
-            report = RepairReport(name, reason, n_rows, cut, dropped, fixed, applied=not dry_run)
-            if dry_run or not report.changed:
-                return report
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("DELETE FROM items WHERE pos >= ?", (cut,))
-            db.execute(integrity.BLOCKS_DDL)
-            db.execute(f"DELETE FROM blocks WHERE start + n > ? OR {_MALFORMED_BLOCK}", (cut,))
-            db.execute("UPDATE counters SET value = ? WHERE key = 'n_rows'", (cut,))
-            db.execute("UPDATE counters SET value = ? WHERE key = 'n_deleted'", (cut - kept,))
-            db.execute(
-                "INSERT INTO counters (key, value) VALUES ('repairs', 1) "
-                "ON CONFLICT (key) DO UPDATE SET value = value + 1"
-            )
-            db.execute("COMMIT")
-            with open(vectors, "ab") as f:  # creates a missing file, never extends one
-                if cut < n_rows and os.fstat(f.fileno()).st_size > cut * 4 * info.dim:
-                    f.truncate(cut * 4 * info.dim)
-                os.fsync(f.fileno())
-        self._forget(name)
-        return report
 
     @_out_of_space_reported
     def remove(self, name: str) -> None:
@@ -658,136 +388,6 @@ class GalleryStore:
             raise GalleryCorruptError(name, f"row {pos} holds non-finite values")
         return vector
 
-    # -- search -------------------------------------------------------------------------------------------
-    def search(
-        self,
-        name: str,
-        queries: np.ndarray,
-        k: int = 10,
-        *,
-        query_kind: str,
-        model: ModelRef | None = None,
-    ) -> dict[str, Any]:
-        """Exact top-k of the gallery for each query, scored with the model's own method.
-
-        Args:
-            queries: (dim,) or (Q, dim) embeddings of kind ``query_kind`` (captions | images).
-            k: 1..MAX_K; fewer results come back when the gallery holds fewer live items.
-
-        Returns:
-            ``{"gallery", "score": {metric, direction, meaning}, "results": [[{id, score, payload}, ...]]}``,
-            one best-first list per query; ties go to the earlier-inserted item.
-
-        Raises:
-            GalleryNotFoundError, GalleryMismatchError (model or kind), GalleryInputError (shape, k),
-            GalleryCorruptError.
-        """
-        return self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=False)
-
-    @_out_of_space_reported
-    @_removal_reported
-    def _search(
-        self,
-        name: str,
-        queries: np.ndarray,
-        k: int,
-        *,
-        query_kind: str,
-        model: ModelRef | None,
-        with_rows: bool,
-    ) -> dict[str, Any]:
-        """``search``; with ``with_rows`` each hit also carries ``row``, its position in this store's vector
-        file (a shard maps it to the gallery-wide position without looking the id up again)."""
-        info, snap = self._snapshot(name)
-        self._check_model(name, info, model=model)
-        side = _query_side(info, query_kind)
-        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= MAX_K:
-            raise GalleryInputError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
-        q = _as_matrix(queries, info.dim, what="query vectors", limit=MAX_QUERIES)
-        if snap.vectors is None or q.shape[0] == 0:
-            hits: builtins.list[builtins.list[dict[str, Any]]] = [[] for _ in range(q.shape[0])]
-        else:
-            found = top_k(
-                q,
-                snap.vectors,
-                int(k),
-                metric=info.metric,
-                query_side=side,
-                valid=snap.valid,
-                kernel=get_kernel(self.scorer) if info.metric == "order_violation" else None,
-            )
-            hits = self._resolve(name, found.positions, found.scores, with_rows=with_rows)
-        return {"gallery": name, "score": score_info(info.metric), "results": hits}
-
-    def _resolve(
-        self,
-        name: str,
-        positions: builtins.list[np.ndarray],
-        scores: builtins.list[np.ndarray],
-        *,
-        with_rows: bool,
-    ) -> builtins.list[builtins.list[dict[str, Any]]]:
-        """Positions -> {id, score, payload} (and ``row``); an item deleted since the scan is dropped."""
-        wanted = sorted({int(p) for row in positions for p in row})
-        rows: dict[int, tuple[str, Any]] = {}
-        with self._db(name) as db:
-            for i in range(0, len(wanted), _SQL_VARS):
-                part = wanted[i : i + _SQL_VARS]
-                marks = ",".join("?" * len(part))
-                for pos, item_id, payload in db.execute(
-                    f"SELECT pos, id, payload FROM items WHERE pos IN ({marks})", part
-                ):
-                    rows[pos] = (item_id, _load_payload(name, payload))
-        out = []
-        for pos_row, score_row in zip(positions, scores, strict=True):
-            hits = []
-            for p, s in zip(pos_row.tolist(), score_row.tolist(), strict=True):
-                if p in rows:
-                    hit = {"id": rows[p][0], "score": s, "payload": rows[p][1]}
-                    if with_rows:
-                        hit["row"] = p
-                    hits.append(hit)
-            out.append(hits)
-        return out
-
-    def _snapshot(self, name: str) -> tuple[GalleryInfo, _Snapshot]:
-        """The gallery's identity (opened and checked once per search) with the live-row mask and vector map
-        of verified rows, refreshed incrementally when rows were only appended."""
-        with self._gallery_lock(name), self._db(name) as db:
-            db.execute("BEGIN")  # one consistent read of counters, checksums and items
-            state = self._open(name, db)
-            n_rows, n_deleted, key = state.n_rows, state.n_deleted, state.key
-            old = self._snapshots.get(name)
-            if old is not None and (old.key, old.n_rows, old.n_deleted) == (key, n_rows, n_deleted):
-                db.execute("COMMIT")
-                return state.info, old
-            valid = np.zeros(n_rows, dtype=bool)
-            since = 0
-            if old is not None and old.key == key and old.n_deleted == n_deleted and old.n_rows <= n_rows:
-                valid[: old.n_rows] = old.valid
-                since = old.n_rows
-            pos = np.fromiter(
-                (r[0] for r in db.execute("SELECT pos FROM items WHERE pos >= ?", (since,))), dtype=np.int64
-            )
-            db.execute("COMMIT")
-            if pos.size and (pos.min() < 0 or pos.max() >= n_rows):
-                raise GalleryCorruptError(name, "an item points past the acknowledged rows")
-            valid[pos] = True
-            vectors = self._map_vectors(name, n_rows, state.info.dim)
-            snap = _Snapshot(key, n_rows, n_deleted, valid, vectors)
-            self._snapshots[name] = snap
-            return state.info, snap
-
-    def _map_vectors(self, name: str, n_rows: int, dim: int) -> np.ndarray | None:
-        if n_rows == 0:
-            return None
-        try:  # copy-on-write: writable for torch.from_numpy, never written back
-            return np.memmap(self.root / name / VECTORS, dtype="<f4", mode="c", shape=(n_rows, dim))
-        except FileNotFoundError:
-            raise GalleryCorruptError(name, f"{VECTORS} is missing") from None
-        except ValueError as exc:  # shorter than the map (truncated since the check)
-            raise GalleryCorruptError(name, f"{VECTORS} is truncated ({exc})") from None
-
     # -- opening: the checks every use goes through ----------------------------------------------------------
     def _open(self, name: str, db: sqlite3.Connection, *, scan: bool = True) -> _State:
         """Read the gallery's state and check it against its files; with ``scan``, verify the rows not yet
@@ -844,55 +444,6 @@ class GalleryStore:
         except ValueError as exc:
             raise GalleryCorruptError(name, str(exc)) from None
         return GalleryInfo(name=name, **values, count=n_rows - n_deleted), n_rows, n_deleted
-
-    def _verify(self, name: str, db: sqlite3.Connection, state: _State, *, scan: bool) -> None:
-        """Verify rows once per process (then only new ones); a fault is remembered for as long as the
-        gallery stays in that state, so a quarantined gallery is not re-read on every request."""
-        key = state.key
-        with self._gallery_lock(name):
-            failed = self._failed.get(name)
-            if failed is not None and failed[0] == (*key, state.n_rows):
-                raise GalleryCorruptError(name, failed[1])
-            if not scan:
-                return
-            done = self._verified.get(name)
-            start = done[1] if done is not None and done[0] == key and done[1] <= state.n_rows else 0
-            if done is not None and done[0] == key and start == state.n_rows:
-                return
-            fault = _items_fault(db, state.n_rows, state.n_deleted) if start == 0 else None
-            if fault is None and start < state.n_rows:
-                fault = integrity.scan(
-                    db, self.root / name / VECTORS, state.info.dim, state.n_rows, start=start
-                ).fault
-            if fault is not None:
-                self._failed[name] = ((*key, state.n_rows), fault)
-                raise GalleryCorruptError(name, fault)
-            self._verified[name] = (key, state.n_rows)
-
-    def _mark_verified(self, name: str, state: _State, n_rows: int) -> None:
-        key = state.key
-        with self._gallery_lock(name):
-            if self._verified.get(name) == (key, state.n_rows):
-                self._verified[name] = (key, n_rows)
-
-    def _record_legacy(self, name: str, db: sqlite3.Connection, state: _State) -> None:
-        """Record checksums of verified rows written before checksums existed (caller holds the lock)."""
-        covered = integrity.covered_rows(db)
-        if covered >= state.n_rows:
-            return
-        blocks = integrity.legacy_blocks(self.root / name / VECTORS, state.info.dim, covered, state.n_rows)
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute(integrity.BLOCKS_DDL)
-            db.executemany("INSERT INTO blocks (start, n, crc32) VALUES (?, ?, ?)", blocks)
-            db.execute("COMMIT")
-        except sqlite3.OperationalError as exc:  # read-only: the rows stay checked for finite values only
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            log.warning("gallery %s: cannot record checksums of %d older rows (%s)", name, len(blocks), exc)
-            return
-        log.info("gallery %s: recorded checksums of rows %d-%d (written before checksums)", name, covered,
-                 state.n_rows - 1)  # fmt: skip
 
     def _check_model(
         self, name: str, info: GalleryInfo, *, kind: str | None = None, model: ModelRef | None = None
@@ -1024,154 +575,6 @@ class GalleryStore:
             os.close(fd)
 
 
-# -- helpers ----------------------------------------------------------------------------------------------
-def _init_db(path: Path, info: GalleryInfo) -> None:
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.execute("BEGIN")
-        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        db.execute("CREATE TABLE counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-        db.execute("CREATE TABLE items (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, payload TEXT)")
-        db.execute(integrity.BLOCKS_DDL)
-        db.execute("INSERT INTO meta VALUES ('info', ?)", (json.dumps(asdict(info)),))
-        db.executemany("INSERT INTO counters VALUES (?, 0)", [("n_rows",), ("n_deleted",)])
-        db.execute("COMMIT")
-    finally:
-        db.close()
-
-
-_META_TYPES: dict[str, type | tuple[type, ...]] = {
-    "uid": str,
-    "kind": str,
-    "dim": int,
-    "model": str,
-    "model_sha256": str,
-    "family": str,
-    "method": str,
-    "metric": str,
-    "created_at": (int, float),
-}
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-def _meta_values(meta: Any) -> dict[str, Any]:
-    """The gallery description's fields, each value checked (it is read from disk: never trusted).
-    Raises ValueError with the reason."""
-    if not isinstance(meta, dict):
-        raise ValueError(f"the gallery description in {DB} is not a JSON object")
-    values: dict[str, Any] = {}
-    for key, types in _META_TYPES.items():
-        value = meta.get(key)
-        if isinstance(value, bool) or not isinstance(value, types):
-            raise ValueError(f"the gallery description has no valid {key!r} ({value!r:.40})")
-        values[key] = value
-    identity = meta.get("model_identity")
-    if identity is not None and not (isinstance(identity, str) and _HEX64.fullmatch(identity)):
-        raise ValueError(f"the gallery description has no valid 'model_identity' ({identity!r:.40})")
-    try:
-        metric = metric_for(values["method"], values["family"])
-    except ValueError:
-        metric = None
-    problems = [
-        (values["kind"] not in KINDS, "kind"),
-        (not 1 <= values["dim"] <= MAX_DIM, "dim"),
-        (values["family"] not in FAMILIES, "family"),
-        (metric != values["metric"], "metric"),
-        (values["family"] == "skip-thoughts" and values["kind"] != "captions", "kind"),
-        (not math.isfinite(values["created_at"]), "created_at"),
-        (not values["uid"], "uid"),
-    ]
-    bad = next((key for wrong, key in problems if wrong), None)
-    if bad is not None:
-        raise ValueError(f"the gallery description has no valid {bad!r} ({values[bad]!r:.40})")
-    return {**values, "created_at": float(values["created_at"]), "model_identity": identity}
-
-
-def _counters(db: sqlite3.Connection) -> tuple[int, int]:
-    """(n_rows, n_deleted), checked. Raises ValueError."""
-    found = dict(
-        db.execute("SELECT key, value FROM counters WHERE key IN ('n_rows', 'n_deleted')").fetchall()
-    )
-    n_rows, n_deleted = found.get("n_rows"), found.get("n_deleted")
-    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (n_rows, n_deleted))
-    if not ints or not 0 <= n_deleted <= n_rows:  # type: ignore[operator]
-        raise ValueError(f"its counters are invalid (n_rows {n_rows!r}, n_deleted {n_deleted!r})")
-    return int(n_rows), int(n_deleted)  # type: ignore[arg-type]
-
-
-def _items_fault(db: sqlite3.Connection, n_rows: int, n_deleted: int) -> str | None:
-    """Why the items table disagrees with the counters, or None."""
-    count, high = db.execute("SELECT count(*), max(pos) FROM items").fetchone()
-    if count and (not isinstance(high, int) or high >= n_rows):
-        return f"items point at rows up to {high}, past the {n_rows} acknowledged rows"
-    if count != n_rows - n_deleted:
-        return f"it holds {count} items but its counters say {n_rows - n_deleted}"
-    return None
-
-
-@contextlib.contextmanager
-def _db_faults(name: str) -> Iterator[None]:
-    """SQLite errors that mean the database is damaged, raised as GalleryCorruptError."""
-    try:
-        yield
-    except sqlite3.DatabaseError as exc:
-        reason = _db_fault(exc)
-        if reason is None:
-            raise
-        raise GalleryCorruptError(name, reason) from None
-
-
-def _db_fault(exc: sqlite3.DatabaseError) -> str | None:
-    """The reason when an SQLite error means the database is damaged (not busy, locked or read-only)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    damaged = isinstance(code, int) and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-    if damaged or str(exc).startswith(("no such table", "no such column")):
-        return f"{DB} is unreadable ({exc})"
-    return None
-
-
-def _looks_like_gallery(path: Path) -> bool:
-    """A directory holding any gallery file: one that lost its database is damaged, not absent."""
-    return path.is_dir() and any(os.path.lexists(path / f) for f in (DB, VECTORS, LOCK))
-
-
-def _short_reason(size: int, need: int) -> str:
-    return (
-        f"{VECTORS} holds {size} bytes, fewer than the {need} its acknowledged rows need "
-        "(truncated; never padded)"
-    )
-
-
-def _creation_alive(path: Path) -> bool:
-    """Whether a ``.NAME.creating-*`` directory belongs to a creation still running (its lock held)."""
-    try:
-        fd = os.open(path / LOCK, os.O_RDWR)
-    except FileNotFoundError:  # the instant between mkdtemp and the lock, or a crash right then
-        with contextlib.suppress(OSError):
-            return time.time() - path.stat().st_mtime < _STALE_CREATING_S
-        return False
-    except OSError:
-        return True  # cannot tell: leave it
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
-def _existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[str]:
-    taken: builtins.list[str] = []
-    for i in range(0, len(ids), _SQL_VARS):
-        part = list(ids[i : i + _SQL_VARS])
-        marks = ",".join("?" * len(part))
-        taken += [r[0] for r in db.execute(f"SELECT id FROM items WHERE id IN ({marks})", part)]
-    return taken
-
-
 def _same_file(fd: int, path: Path) -> bool:
     """Whether the open file ``fd`` is still the file at ``path``."""
     try:
@@ -1180,21 +583,6 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
     held = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def check_gallery_name(name: Any) -> str:
-    """``name`` if it is a valid gallery name (matched whole), else GalleryInputError."""
-    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
-        raise GalleryInputError(f"bad gallery name {name!r}: use {GALLERY_NAME_RULE}")
-    return name
 
 
 ITEM_ID_RULE = f"1-256 characters, {SEGMENT_RULE}"
@@ -1224,114 +612,9 @@ def check_item_id(item_id: Any) -> str:
     return s
 
 
-def _require_utf8(text: str, what: str) -> None:
-    """Lone UTF-16 surrogates (legal in JSON escapes) cannot be stored or sent back: refuse them up front."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise GalleryInputError(f"{what} must be valid Unicode (no lone surrogates)") from None
-
-
-def _dump_payload(payload: Any) -> str | None:
-    if payload is None:
-        return None
-    try:
-        text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise GalleryInputError(f"payload is not JSON-serialisable ({exc})") from None
-    _require_utf8(text, "payloads")
-    return text
-
-
-def _load_payload(name: str, text: Any) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        raise GalleryCorruptError(name, f"an item payload in {DB} is not JSON") from None
-
-
-def _as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:
-    try:
-        arr = np.asarray(x, dtype=np.float32)
-    except (TypeError, ValueError):
-        raise GalleryInputError(f"{what} must be numbers") from None
-    if arr.ndim == 1:
-        arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[1] != dim:
-        raise GalleryInputError(f"{what} must have shape (n, {dim}) for this gallery, got {np.shape(x)}")
-    if limit is not None and arr.shape[0] > limit:
-        raise GalleryInputError(f"at most {limit} {what} per request, got {arr.shape[0]}")
-    if not np.isfinite(arr).all():
-        raise GalleryInputError(f"{what} must be finite")
-    return np.ascontiguousarray(arr)
-
-
-def _check_compatible(info: GalleryInfo, *, kind: str | None = None, model: ModelRef | None = None) -> None:
-    if kind is not None and kind != info.kind:
-        raise GalleryMismatchError(f"gallery {info.name!r} holds {info.kind}, not {kind}")
-    if model is not None and not model.matches(info):
-        raise GalleryMismatchError(
-            f"gallery {info.name!r} was embedded with model {info.model!r} ({_pin(info)}), "
-            f"not {model.name!r} (identity {model.identity[:12]})"
-        )
-
-
-def _pin(info: GalleryInfo) -> str:
-    """How a gallery pins its model, for messages."""
-    if info.model_identity is not None:
-        return f"identity {info.model_identity[:12]}"
-    return f"manifest sha256 {info.model_sha256[:12]}"
-
-
-def new_item_id() -> str:
-    """A random item id (32 hex digits) for an item added without one: the one definition (store, routes)."""
-    return uuid.uuid4().hex
-
-
-def check_image_query(info: GalleryInfo) -> None:
-    """The one statement of the rule that an image query needs a captions gallery (image->image is not an
-    order-embedding score); the retrieve route applies it before encoding, the store before scanning.
-
-    Raises:
-        GalleryMismatchError: the gallery holds images.
-    """
-    if info.kind == "images":
-        raise GalleryMismatchError(
-            f"gallery {info.name!r} holds images: query it with captions (image->image is not defined)"
-        )
-
-
-def _query_side(info: GalleryInfo, query_kind: str) -> Side:
-    """The slot of E(caption, image) the query fills: caption->images, image->captions, caption->captions."""
-    if query_kind not in KINDS:
-        raise GalleryInputError(f"query kind must be one of {', '.join(KINDS)}, got {query_kind!r}")
-    if query_kind == "images":
-        check_image_query(info)
-    if query_kind == "images" and info.family == "skip-thoughts":
-        raise GalleryMismatchError("skip-thoughts models have no image encoder")
-    return "image" if query_kind == "images" else "caption"
-
-
 __all__ = [
-    "GALLERY_NAME_PATTERN",
-    "GALLERY_NAME_RULE",
     "ITEM_ID_RULE",
-    "KINDS",
-    "MAX_K",
-    "MAX_QUERIES",
-    "CheckReport",
-    "CorruptGallery",
-    "GalleryEntry",
-    "GalleryInfo",
     "GalleryStore",
     "ModelRef",
-    "RepairReport",
-    "check_gallery_name",
-    "check_image_query",
     "check_item_id",
-    "default_root",
-    "new_item_id",
-    "same_model",
 ]

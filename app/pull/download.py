@@ -25,7 +25,7 @@ from lnserve.app.pull.errors import (
     RemoteNotFoundError,
     TruncatedDownloadError,
 )
-from lnserve.converters.hashing import sha256_file
+from lnserve.hashing import sha256_file
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total bytes or None)
 

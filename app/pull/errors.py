@@ -14,7 +14,7 @@ PullError                      (download_failed)    a download could not be comp
 
 from __future__ import annotations
 
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 
 class PullError(UserInputError):

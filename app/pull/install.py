@@ -32,7 +32,7 @@ from lnserve.app.pull.errors import (
 from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.converters.artifact import MANIFEST, model_name, read_artifact, staging_dir, write_json
 from lnserve.converters.errors import ArtifactError
-from lnserve.converters.hashing import sha256_file
+from lnserve.hashing import sha256_file
 
 log = logging.getLogger("lnserve.pull")
 

@@ -11,7 +11,8 @@ LnserveError
 
 from __future__ import annotations
 
-from lnserve.converters.errors import ArtifactError, LnserveError, UserInputError
+from lnserve.converters.errors import ArtifactError
+from lnserve.errors import LnserveError, UserInputError
 
 
 class EncodeInputError(UserInputError):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lnserve.converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
-from lnserve.converters.hashing import sha256_file
+from lnserve.hashing import sha256_file
 
 
 class PinnedModel(Protocol):

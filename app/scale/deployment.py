@@ -23,12 +23,12 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from lnserve.app.http.main import create_app
 from lnserve.app.log_setup import JsonFormatter
-from lnserve.app.main import create_app
-from lnserve.app.registry import WARMUP_SENTENCE, ModelRegistry
 from lnserve.app.scale.galleries import ShardedGalleries
 from lnserve.app.scale.metrics import ClusterMetrics, local_families
 from lnserve.app.scale.reload import BROADCAST_TIMEOUT_S, ClusterReload, StagedVersions
+from lnserve.app.serving.registry import WARMUP_SENTENCE, ModelRegistry
 from lnserve.app.settings import Settings
 
 log = logging.getLogger("lnserve.scale")

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lnserve.app.galleries.errors import GalleryNotFoundError, ItemNotFoundError
-from lnserve.app.galleries.store import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo
+from lnserve.app.galleries.layout import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.scale.merge import merge_results
 from lnserve.app.scale.shard_store import shard_label
 from lnserve.app.scale.shards import GALLERIES_APP, raise_first, shard_name
-from lnserve.converters.errors import LnserveError
+from lnserve.errors import LnserveError
 
 if TYPE_CHECKING:
     from lnserve.app.galleries.protocol import GalleryStoreAPI

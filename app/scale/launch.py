@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lnserve.app.galleries.store import default_root
+from lnserve.app.galleries.layout import default_root
 from lnserve.app.scale.deployment import INGRESS_APP, INGRESS_DEPLOYMENT, LnserveReplica, Topology
 from lnserve.app.scale.proxy import CALLBACK as PROXY_CALLBACK
 from lnserve.app.scale.shards import GALLERIES_APP, GalleryShard, shard_name
 from lnserve.app.scale.watch import WATCH_PERIOD_S, ClusterLostError, ClusterWatch, exit_now, within
 from lnserve.app.settings import Settings
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 log = logging.getLogger("lnserve.scale")
 
@@ -179,7 +179,7 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
     from ray import serve
 
     if not opts.address:  # the local proxy binds here: a taken port is a one-line error, before Ray starts
-        from lnserve.app.server import bind_socket
+        from lnserve.app.http.server import bind_socket
 
         bind_socket(settings.host, settings.port).close()
     _start_ray(opts)
@@ -246,7 +246,7 @@ def _check_proxy_address(settings: Settings) -> None:
     address where nothing listens."""
     from ray.serve.context import _get_global_client
 
-    from lnserve.app.server import AddressInUseError
+    from lnserve.app.http.server import AddressInUseError
 
     client = _get_global_client()
     assert client is not None  # serve.start just ran

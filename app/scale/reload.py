@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from lnserve.app.registry import ModelEntry, ModelRegistry, ReloadFailedError
-from lnserve.converters.errors import LnserveError
+from lnserve.app.serving.registry import ModelEntry, ModelRegistry, ReloadFailedError
+from lnserve.errors import LnserveError
 
 log = logging.getLogger("lnserve.scale.reload")
 

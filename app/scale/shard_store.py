@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.app.galleries.store import GalleryStore, _counters, _existing_ids
+from lnserve.app.galleries.sqlite_faults import _counters, _existing_ids
+from lnserve.app.galleries.store import GalleryStore
 from lnserve.app.runtime.model_ref import ModelRef
 
 PLACEMENT = "placement.sqlite"

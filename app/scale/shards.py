@@ -28,10 +28,10 @@ from lnserve.app.galleries.errors import (
     GalleryNotFoundError,
     ItemNotFoundError,
 )
-from lnserve.app.galleries.store import CorruptGallery, GalleryEntry, GalleryInfo
-from lnserve.app.routes.gallery_helpers import warm_scorer
+from lnserve.app.galleries.layout import CorruptGallery, GalleryEntry, GalleryInfo
 from lnserve.app.scale.shard_store import ShardStore, shard_label, shard_root
-from lnserve.converters.errors import LnserveError
+from lnserve.app.serving.galleries import warm_scorer
+from lnserve.errors import LnserveError
 
 log = logging.getLogger("lnserve.scale.shards")
 

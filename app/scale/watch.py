@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from lnserve.converters.errors import LnserveError
+from lnserve.errors import LnserveError
 
 log = logging.getLogger("lnserve.scale")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1

@@ -29,7 +29,7 @@ from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.app.runtime.evaluation import rank_stats, t2i_ranks
 from lnserve.app.runtime.text import OrderVocabulary
 from lnserve.app.training.checkpoint import save_checkpoint
-from lnserve.converters.errors import UserInputError
+from lnserve.errors import UserInputError
 from lnserve.models.cell_types import GRU_CELLS
 from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig
 from lnserve.models.init import RECURRENT_INITS, init_order_embedding

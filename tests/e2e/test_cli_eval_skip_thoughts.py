@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lnserve.app.demo_model.data import ensure_demo_artifact
 from lnserve.app.evaluation.datasets import read_binary, read_trec
 from lnserve.app.evaluation.folds import shuffled_order
 from lnserve.app.runtime.engine import Engine
-from lnserve.app.training.demo import ensure_demo_artifact
 from tests.conftest import run_cli
 from tests.support import eval_sets
 from tests.support import skipthoughts_reference as ref

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lnserve.app.registry import resolve_model_dirs
+from lnserve.app.serving.registry import resolve_model_dirs
 from lnserve.app.settings import Settings
 from tests.conftest import LEGACY, run_cli
 

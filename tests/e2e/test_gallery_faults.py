@@ -23,7 +23,7 @@ import numpy as np
 
 from lnserve.app.galleries.store import GalleryStore, ModelRef
 from lnserve.app.runtime.engine import Engine
-from lnserve.converters.hashing import sha256_file
+from lnserve.hashing import sha256_file
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import start_server
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lnserve.app.training.demo import ensure_demo_artifact
+from lnserve.app.demo_model.data import ensure_demo_artifact
 from tests.e2e.rawhttp import RawConnection, RawResponse
 from tests.e2e.server import ROOT, LiveServer, free_port, start_server
 from tests.support.crafted_models import unbuildable_model

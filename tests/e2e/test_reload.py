@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from lnserve.app.registry import RETIRE_GRACE_S
 from lnserve.app.runtime.engine import Engine
+from lnserve.app.serving.registry import RETIRE_GRACE_S
 from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import LEGACY, inputs
 from tests.e2e.server import start_server

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lnserve.app.demo_model.data import ensure_demo_artifact
 from lnserve.app.runtime.engine import Engine
-from lnserve.app.training.demo import ensure_demo_artifact
 from lnserve.eval.senteval import batcher, prepare
 from tests.e2e.server import LiveServer, start_server
 

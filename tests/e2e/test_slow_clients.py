@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from lnserve.app.main import create_app
+from lnserve.app.http.main import create_app
 from lnserve.app.settings import Settings
 from tests.e2e.rawhttp import RawConnection
 from tests.e2e.server import LiveServer, start_server

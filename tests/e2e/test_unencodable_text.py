@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lnserve.app.body_parsing import INLINE_PARSE_BYTES
+from lnserve.app.http.body_parsing import INLINE_PARSE_BYTES
 from tests.e2e.server import LiveServer, start_server
 
 OE = "oe_order_gru"

@@ -12,10 +12,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file, save_file
 
+from lnserve.app.demo_model.data import ensure_demo_artifact
 from lnserve.app.runtime.onnx_export import export_onnx
-from lnserve.app.training.demo import ensure_demo_artifact
 from lnserve.converters.artifact import MANIFEST, WEIGHTS, write_json
-from lnserve.converters.hashing import sha256_file
+from lnserve.hashing import sha256_file
 
 SILENT_WORD = "red"  # in the silent-word model, a sentence of only this word keeps a zero state
 

@@ -43,7 +43,9 @@ def _offenders(loaded: set[str], forbidden: tuple[str, ...]) -> list[str]:
 
 def _lnserve_outside(loaded: set[str], *allowed: str) -> list[str]:
     """lnserve modules loaded that are neither the root package, a parent of ``allowed``, nor under it."""
-    ok = {"lnserve"} | {a.rsplit(".", k)[0] for a in allowed for k in range(a.count(".") + 1)}
+    ok = {"lnserve", "lnserve.errors", "lnserve.storage", "lnserve.hashing"} | {
+        a.rsplit(".", k)[0] for a in allowed for k in range(a.count(".") + 1)
+    }
     return sorted(
         m
         for m in loaded
@@ -96,14 +98,14 @@ def test_import_direction(module: str, forbidden: tuple[str, ...]) -> None:
     assert _offenders(_loaded_after_import(module), forbidden) == []
 
 
-BELOW_APP = ("lnserve.app.runtime", "lnserve.converters", "lnserve.models")
+BELOW_APP = ("lnserve.app.demo_model", "lnserve.app.runtime", "lnserve.converters", "lnserve.models")
 
 
 @pytest.mark.parametrize(
     ("package", "allowed"),
     [
         ("lnserve.app.galleries", ("lnserve.app.galleries", *BELOW_APP)),
-        ("lnserve.app.schemas", ("lnserve.app.schemas", "lnserve.app.galleries", *BELOW_APP)),
+        ("lnserve.app.http.schemas", ("lnserve.app.http.schemas", "lnserve.app.galleries", *BELOW_APP)),
         ("lnserve.app.training", ("lnserve.app.training", *BELOW_APP)),
         ("lnserve.app.pull", ("lnserve.app.pull", *BELOW_APP)),
         ("lnserve.app.evaluation", ("lnserve.app.evaluation", *BELOW_APP)),
@@ -117,8 +119,14 @@ def test_app_packages_import_only_what_is_below_them(package: str, allowed: tupl
 
 def test_gallery_store_and_registry_do_not_import_each_other() -> None:
     """The model identity galleries pin (``ModelRef``) lives in the runtime, so neither needs the other."""
-    assert _offenders(_loaded_after_import("lnserve.app.galleries.store"), ("lnserve.app.registry",)) == []
-    assert _offenders(_loaded_after_import("lnserve.app.registry"), ("lnserve.app.galleries.store",)) == []
+    assert (
+        _offenders(_loaded_after_import("lnserve.app.galleries.store"), ("lnserve.app.serving.registry",))
+        == []
+    )
+    assert (
+        _offenders(_loaded_after_import("lnserve.app.serving.registry"), ("lnserve.app.galleries.store",))
+        == []
+    )
 
 
 PRODUCERS = (
@@ -129,10 +137,14 @@ PRODUCERS = (
 
 def test_the_service_loads_no_producer() -> None:
     """Building the service (main, routes, registry, batcher, Ray scale-out) loads no producer."""
-    loaded = _loaded_after_import("lnserve.app.main")
-    for package in ("lnserve.app.routes", "lnserve.app.scale"):
+    loaded = _loaded_after_import("lnserve.app.http.main")
+    for package in ("lnserve.app.http.routes", "lnserve.app.scale"):
         loaded |= _loaded_after_import(package, whole_package=True)
-    assert {"lnserve.app.registry", "lnserve.app.batcher", "lnserve.app.routes.encode"} <= loaded
+    assert {
+        "lnserve.app.serving.registry",
+        "lnserve.app.serving.batcher",
+        "lnserve.app.http.routes.encode",
+    } <= loaded
     assert _offenders(loaded, PRODUCERS) == []
 
 
@@ -165,5 +177,24 @@ def test_service_reaches_training_through_one_small_function_only() -> None:
             continue
         if hits := _producer_imports(path):
             seen[path.relative_to(app).as_posix()] = hits
-    only_door = [("shipped_demo", "lnserve.app.training"), ("shipped_demo", "lnserve.app.training.demo")]
-    assert seen == {"galleries/demo.py": only_door}
+    assert seen == {}  # the demo's data: app.demo_model.data
+
+
+# -- issue 25's rooms: serving never reaches HTTP, the galleries never reach training -----------------------
+def test_serving_imports_no_http_layer() -> None:
+    """``app/serving`` (registry, batcher, timing, deadlines, errors, the gallery and retrieval flow) imports
+    neither FastAPI / Starlette / uvicorn nor ``app.http``."""
+    loaded = _loaded_after_import("lnserve.app.serving", whole_package=True)
+    assert _offenders(loaded, (*HTTP, "lnserve.app.http")) == []
+    assert _offenders(loaded, PRODUCERS) == []
+
+
+def test_the_root_error_tree_imports_nothing_of_lnserve() -> None:
+    loaded = _loaded_after_import("lnserve.errors")
+    assert _lnserve_outside(loaded, "lnserve.errors") == []
+
+
+def test_galleries_never_import_training() -> None:
+    """The demo's data comes from ``app.demo_model.data``; the gallery package loads no producer."""
+    loaded = _loaded_after_import("lnserve.app.galleries", whole_package=True)
+    assert _offenders(loaded, PRODUCERS) == []

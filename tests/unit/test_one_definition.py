@@ -24,18 +24,18 @@ def _where(pattern: str) -> list[str]:
 
 
 def test_the_image_query_rule_is_stated_once() -> None:
-    assert _where(r"holds images: query it with captions") == ["galleries/store.py"]
-    assert _where(r"check_image_query\(info\)") == ["galleries/store.py", "routes/retrieve.py"]
+    assert _where(r"holds images: query it with captions") == ["galleries/rules.py"]
+    assert _where(r"check_image_query\(info\)") == ["galleries/rules.py", "http/routes/retrieve.py"]
 
 
 def test_random_item_ids_come_from_one_function() -> None:
     assert _where(r"uuid4\(\)\.hex for") == []  # no list of fresh ids outside new_item_id
-    assert "galleries/store.py" in _where(r"def new_item_id\(")
-    assert "routes/galleries.py" in _where(r"new_item_id\(\)")
+    assert "galleries/rules.py" in _where(r"def new_item_id\(")
+    assert "http/routes/galleries.py" in _where(r"new_item_id\(\)")
 
 
 def test_the_gallery_name_pattern_is_defined_once() -> None:
-    assert _where(r"\[A-Za-z0-9\]\[A-Za-z0-9\._-\]") == ["galleries/store.py"]
+    assert _where(r"\[A-Za-z0-9\]\[A-Za-z0-9\._-\]") == ["galleries/rules.py"]
 
 
 def test_the_order_violation_formula_has_one_numpy_definition() -> None:

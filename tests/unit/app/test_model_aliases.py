@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lnserve.app.registry import resolve_model_dirs
+from lnserve.app.serving.registry import resolve_model_dirs
 from lnserve.app.settings import InvalidSettingError, load_settings
 
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-from lnserve.app.registry import resolve_model_dirs
+from lnserve.app.serving.registry import resolve_model_dirs
 from lnserve.app.settings import Settings
 from lnserve.converters.artifact import MANIFEST, check_model_name, model_name
 from lnserve.converters.errors import ArtifactError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lnserve.app.registry import public_reason
+from lnserve.app.serving.registry import public_reason
 
 
 def test_model_files_are_named_relative_to_the_model_directory(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import weakref
 
 import pytest
 
-import lnserve.app.registry as registry_module
-from lnserve.app.registry import ModelRegistry
+import lnserve.app.serving.registry as registry_module
+from lnserve.app.serving.registry import ModelRegistry
 from lnserve.app.settings import Settings
 
 

@@ -166,7 +166,7 @@ weights = str(model / "weights.safetensors")
 reads = []
 sys.addaudithook(lambda event, args: event == "open" and str(args[0]) == weights and reads.append(1))
 from lnserve.app.runtime.engine import Engine
-from lnserve.app.server import check_models
+from lnserve.app.http.server import check_models
 from lnserve.app.settings import load_settings
 check_models(load_settings({"models": [str(model)]}))
 Engine.open(model, backend="onnx")

@@ -1,0 +1,1 @@
+"""The shipped demo: package data (artifact, gallery) and ``data``, its accessors."""

@@ -1,0 +1,130 @@
+"""Naming and payload rules: gallery names, item ids, payloads, vectors and the query-kind rule."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+import numpy as np
+
+from lnserve.app.galleries.errors import (
+    GalleryCorruptError,
+    GalleryInputError,
+    GalleryMismatchError,
+)
+from lnserve.app.galleries.layout import (
+    DB,
+    KINDS,
+    GalleryInfo,
+)
+from lnserve.app.runtime.model_ref import ModelRef
+from lnserve.app.runtime.retrieval import Side
+
+# The one definition of a gallery name (store, HTTP schemas, CLI); always matched whole (``fullmatch``): a
+# ``$`` anchor would also match before a trailing newline and let ``"evil\n"`` become a directory name.
+GALLERY_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+
+
+GALLERY_NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
+
+
+_NAME = re.compile(GALLERY_NAME_PATTERN)
+
+
+def check_gallery_name(name: Any) -> str:
+    """``name`` if it is a valid gallery name (matched whole), else GalleryInputError."""
+    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+        raise GalleryInputError(f"bad gallery name {name!r}: use {GALLERY_NAME_RULE}")
+    return name
+
+
+def _require_utf8(text: str, what: str) -> None:
+    """Lone UTF-16 surrogates (legal in JSON escapes) cannot be stored or sent back: refuse them up front."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise GalleryInputError(f"{what} must be valid Unicode (no lone surrogates)") from None
+
+
+def _dump_payload(payload: Any) -> str | None:
+    if payload is None:
+        return None
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise GalleryInputError(f"payload is not JSON-serialisable ({exc})") from None
+    _require_utf8(text, "payloads")
+    return text
+
+
+def _load_payload(name: str, text: Any) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        raise GalleryCorruptError(name, f"an item payload in {DB} is not JSON") from None
+
+
+def _as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:
+    try:
+        arr = np.asarray(x, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise GalleryInputError(f"{what} must be numbers") from None
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != dim:
+        raise GalleryInputError(f"{what} must have shape (n, {dim}) for this gallery, got {np.shape(x)}")
+    if limit is not None and arr.shape[0] > limit:
+        raise GalleryInputError(f"at most {limit} {what} per request, got {arr.shape[0]}")
+    if not np.isfinite(arr).all():
+        raise GalleryInputError(f"{what} must be finite")
+    return np.ascontiguousarray(arr)
+
+
+def _check_compatible(info: GalleryInfo, *, kind: str | None = None, model: ModelRef | None = None) -> None:
+    if kind is not None and kind != info.kind:
+        raise GalleryMismatchError(f"gallery {info.name!r} holds {info.kind}, not {kind}")
+    if model is not None and not model.matches(info):
+        raise GalleryMismatchError(
+            f"gallery {info.name!r} was embedded with model {info.model!r} ({_pin(info)}), "
+            f"not {model.name!r} (identity {model.identity[:12]})"
+        )
+
+
+def _pin(info: GalleryInfo) -> str:
+    """How a gallery pins its model, for messages."""
+    if info.model_identity is not None:
+        return f"identity {info.model_identity[:12]}"
+    return f"manifest sha256 {info.model_sha256[:12]}"
+
+
+def new_item_id() -> str:
+    """A random item id (32 hex digits) for an item added without one: the one definition (store, routes)."""
+    return uuid.uuid4().hex
+
+
+def check_image_query(info: GalleryInfo) -> None:
+    """The one statement of the rule that an image query needs a captions gallery (image->image is not an
+    order-embedding score); the retrieve route applies it before encoding, the store before scanning.
+
+    Raises:
+        GalleryMismatchError: the gallery holds images.
+    """
+    if info.kind == "images":
+        raise GalleryMismatchError(
+            f"gallery {info.name!r} holds images: query it with captions (image->image is not defined)"
+        )
+
+
+def _query_side(info: GalleryInfo, query_kind: str) -> Side:
+    """The slot of E(caption, image) the query fills: caption->images, image->captions, caption->captions."""
+    if query_kind not in KINDS:
+        raise GalleryInputError(f"query kind must be one of {', '.join(KINDS)}, got {query_kind!r}")
+    if query_kind == "images":
+        check_image_query(info)
+    if query_kind == "images" and info.family == "skip-thoughts":
+        raise GalleryMismatchError("skip-thoughts models have no image encoder")
+    return "image" if query_kind == "images" else "caption"

@@ -1,0 +1,45 @@
+"""The guards every gallery use runs under: out of space reported as such, and a use that loses the race with
+a removal reported as ``gallery_not_found``. A leaf module: the store and its mixins (checks, search) all
+decorate their methods with these."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from lnserve.storage import out_of_space_reported
+
+if TYPE_CHECKING:
+    from lnserve.app.galleries.store import GalleryStore
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _out_of_space_reported(method: _Method) -> _Method:
+    """A use that runs out of space raises ``StorageFullError`` naming the gallery (HTTP 507), not a bare
+    OSError or SQLite's "disk I/O error": nothing acknowledged is lost (vectors are appended past the
+    acknowledged end and committed after their fsync; a failed append cuts its tail at once). Every write
+    path has it, and so do reads: SQLite writes a WAL index file to open a database, even to read it."""
+
+    @functools.wraps(method)
+    def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
+        with out_of_space_reported(f"gallery {name!r}", self.root):
+            return method(self, name, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+def _removal_reported(method: _Method) -> _Method:
+    """A use that loses the race with a removal (``DELETE /galleries/NAME``, ``lnserve gallery rm``) raises
+    ``GalleryNotFoundError``: its files vanish mid-use, which would otherwise read as damage (a missing lock
+    or vector file: a false ``gallery_corrupt``) or as an I/O error (SQLite opening the WAL of a renamed
+    database). The gallery's directory is identified when the use starts: if it is gone, replaced or (made
+    meanwhile) new when the use fails, the failure is the race's, never reported as anything else."""
+
+    @functools.wraps(method)
+    def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
+        with self._removal_is_not_found(name):
+            return method(self, name, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]

@@ -1,0 +1,222 @@
+"""Large JSON request bodies are parsed and validated in a worker process, never on the event loop.
+
+Parsing is GIL-bound C code: a 4 MiB body of a million one-number rows (``{"features": [[0], [0], ...]}``)
+takes ~0.9 s of ``json.loads`` plus pydantic validation, and a thread does not help because the parser
+never releases the GIL, so ``/health`` and every other request would wait that long. Bodies over
+``INLINE_PARSE_BYTES`` therefore go to one worker process (spawned on first use) that validates them with
+the route's own pydantic model (``model_validate_json``: the same rules, ``extra="forbid"`` included) and
+applies the per-request count limit (``max_sentences``) there, so a body with too many rows is refused
+(422 ``too_many_sentences``) before a single Python object of it exists in the server. Only a body within
+the limits comes back, as the validated model, which FastAPI then takes as is. Smaller bodies are parsed
+inline: a thread hop and a process round trip cost more than they do.
+
+A small body holding a surrogate escape (``\\ud800``) is also validated with the route's model inline, so
+that every body, whatever its size, is read by the same parser: pydantic's refuses a lone surrogate
+(422 ``invalid_request``) where ``json.loads`` would let through text no response can be encoded with.
+
+One worker bounds the CPU that large bodies can take; they queue behind each other, and the number of
+requests in flight is bounded by ``max_inflight``. The worker dies with the server, even one killed with
+SIGKILL (parent-death signal), so it never outlives it holding memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import multiprocessing
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from lnserve.app.http.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
+from lnserve.app.http.schemas.retrieval import ItemsAdd, RetrieveRequest
+from lnserve.app.http.schemas.tei import (
+    SimilarityInput,
+    TEIEmbedRequest,
+    TEIRootRequest,
+    TEISimilarityRequest,
+)
+from lnserve.app.http.schemas.tokenize_score import ScoreRequest, TokenizeRequest
+from lnserve.app.serving.errors import TooManySentencesError
+from lnserve.errors import LnserveError
+
+log = logging.getLogger("lnserve.body")
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+INLINE_PARSE_BYTES = 64 * 1024  # measured: ~1 ms to parse inline; a 64 KiB body of tiny rows ~7 ms
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a UTF-16 surrogate, maybe unpaired
+
+# request model -> (how many items it carries, what they are called in the error): max_sentences applies
+_COUNTS: dict[type[BaseModel], tuple[Callable[[Any], int], str]] = {
+    EncodeRequest: (lambda b: len(b.sentences), "items"),
+    EncodeImagesRequest: (lambda b: len(b.features), "items"),
+    EmbeddingsRequest: (lambda b: 1 if isinstance(b.input, str) else len(b.input), "items"),
+    ItemsAdd: (lambda b: len(b.items), "items"),
+    RetrieveRequest: (lambda b: len(b.query_list()), "queries"),
+    TEIEmbedRequest: (lambda b: 1 if isinstance(b.inputs, str) else len(b.inputs), "items"),
+    TEISimilarityRequest: (lambda b: 1 + len(b.inputs.sentences), "items"),
+    TEIRootRequest: (
+        lambda b: (
+            1 + len(b.inputs.sentences)
+            if isinstance(b.inputs, SimilarityInput)
+            else 1
+            if isinstance(b.inputs, str)
+            else len(b.inputs)
+        ),
+        "items",
+    ),
+    TokenizeRequest: (lambda b: len(b.sentences), "items"),
+    ScoreRequest: (lambda b: max(len(b.captions), len(b.images)), "captions or images"),
+}
+
+
+class BodyParserError(LnserveError):
+    """The body-parsing worker process died (it is restarted for the next request)."""
+
+
+def _validate(model: type[BaseModel], raw: bytes, max_items: int) -> BaseModel | list[dict[str, Any]]:
+    """Worker process: the validated model, or the validation errors (loc, msg, type; never the input)."""
+    try:
+        body = model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        return [{"loc": ("body", *e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
+    count = _COUNTS.get(model)
+    if count is not None:
+        TooManySentencesError.check(count[0](body), max_items, count[1])
+    return body
+
+
+def _validated(model: type[BaseModel], raw: bytes, max_items: int) -> BaseModel:
+    """``_validate`` in this process (a small body): the model, or RequestValidationError."""
+    result = _validate(model, raw, max_items)
+    if isinstance(result, list):
+        raise RequestValidationError(result)
+    return result
+
+
+def _worker_init(parent: int) -> None:
+    """The worker dies with the server: a server killed with SIGKILL never runs its shutdown, and a worker
+    that outlived it (and kept multiprocessing's resource tracker alive) held its memory forever.
+
+    Ctrl-C reaches the whole process group: the worker ignores SIGINT and is stopped by the server's
+    shutdown. SIGTERM keeps its default, so that the worker can be stopped on its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when ``parent`` exits: the kernel's parent-death signal on Linux, else (or if that
+    fails) a daemon thread that polls the parent's pid once a second."""
+    if not _set_parent_death_signal():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def _set_parent_death_signal() -> bool:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)``: True when the kernel took it (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+class BodyParser:
+    """The worker process that parses large bodies, created on first use."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init,
+                initargs=(os.getpid(),),
+            )
+        return self._pool
+
+    async def parse(self, model: type[BaseModel], raw: bytes, *, max_items: int) -> BaseModel:
+        """``model`` from the JSON ``raw``, validated off the event loop.
+
+        Raises:
+            RequestValidationError: not JSON, or not the schema (422 invalid_request).
+            TooManySentencesError: more than ``max_items`` items (422 too_many_sentences).
+            BodyParserError: the worker died (500); the next call starts a new one.
+        """
+        pool = self._executor()
+        try:
+            result = await asyncio.wrap_future(pool.submit(_validate, model, raw, max_items))
+        except BrokenProcessPool:
+            log.error("the body-parsing worker process died; starting a new one")
+            if self._pool is pool:
+                self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise BodyParserError("the request body could not be parsed (worker process died)") from None
+        if isinstance(result, list):
+            raise RequestValidationError(result)
+        return result
+
+    def close(self) -> None:
+        """Stop the worker without waiting for queued bodies (their requests have been answered)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _is_json(request: Request) -> bool:
+    """FastAPI's own rule for parsing a body as JSON: application/json or application/*+json."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))
+
+
+class OffloadedBodyRoute(APIRoute):
+    """An ``APIRoute`` whose JSON body, when larger than ``INLINE_PARSE_BYTES``, is parsed by the app's
+    ``BodyParser`` (``app.state.body_parser``) before FastAPI's handler runs; FastAPI then takes the
+    validated model as the body. Routers with request bodies use it as their ``route_class``."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        field = self.body_field
+        model = field.field_info.annotation if field is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return handler
+
+        async def offloaded(request: Request) -> Response:
+            parser: BodyParser | None = getattr(request.app.state, "body_parser", None)
+            if parser is not None and _is_json(request):
+                raw = await request.body()
+                limit = request.app.state.settings.max_sentences
+                # request.json() is cached in _json: FastAPI takes the validated model as is
+                if len(raw) > INLINE_PARSE_BYTES:
+                    request._json = await parser.parse(model, raw, max_items=limit)
+                elif _SURROGATE_ESCAPE.search(raw) is not None:
+                    request._json = _validated(model, raw, limit)
+            return await handler(request)
+
+        return offloaded

@@ -1,0 +1,142 @@
+"""``/galleries``: create galleries, add items (captions as text, images as CNN features, encoded here
+with the gallery's model), delete items or whole galleries, list and describe galleries.
+
+An add is acknowledged (200 with the ids) only after the store has committed it durably; a crash before
+that leaves no trace of the batch (``lnserve.app.galleries.store``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from lnserve.app.galleries.errors import GalleryMismatchError
+from lnserve.app.galleries.rules import new_item_id
+from lnserve.app.galleries.store import ITEM_ID_RULE, check_item_id
+from lnserve.app.http.body_parsing import OffloadedBodyRoute
+from lnserve.app.http.deps import GalleriesDep, RegistryDep, SettingsDep
+from lnserve.app.http.routes.gallery_helpers import encode_inputs
+from lnserve.app.http.schemas import ErrorBody
+from lnserve.app.http.schemas.retrieval import (
+    GalleryCreate,
+    GalleryList,
+    GalleryOut,
+    ItemOut,
+    ItemsAdd,
+    ItemsAdded,
+)
+from lnserve.app.serving.errors import TooManySentencesError
+from lnserve.app.serving.galleries import model_for, warm_scorer
+
+router = APIRouter(prefix="/galleries", tags=["galleries"], route_class=OffloadedBodyRoute)
+_CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorBody, "description": "Name or id taken."}}
+
+
+@router.post("", response_model=GalleryOut, status_code=201, responses=_CONFLICT)
+async def create_gallery(body: GalleryCreate, registry: RegistryDep, store: GalleriesDep) -> JSONResponse:
+    """Create an empty gallery of images or captions embedded by one model (default: the default model)."""
+    ref = registry.get(body.model).model_ref()
+    info = await run_in_threadpool(lambda: store.create(body.name, kind=body.kind, model=ref))
+    if info.metric == "order_violation":
+        warm_scorer(store)
+    return JSONResponse(info.as_dict(), status_code=201)
+
+
+@router.get("", response_model=GalleryList)
+async def list_galleries(store: GalleriesDep) -> GalleryList:
+    """Every gallery: kind, model, item count and what its scores mean."""
+    infos = await run_in_threadpool(store.list)
+    return GalleryList.model_validate({"galleries": [i.as_dict() for i in infos]})
+
+
+@router.get("/{name}", response_model=GalleryOut)
+async def get_gallery(name: str, store: GalleriesDep) -> GalleryOut:
+    """One gallery: kind, model, item count and what its scores mean."""
+    info = await run_in_threadpool(store.get, name)
+    return GalleryOut.model_validate(info.as_dict())
+
+
+@router.delete("/{name}", status_code=204, responses={404: {"model": ErrorBody}})
+async def delete_gallery(name: str, store: GalleriesDep) -> Response:
+    """Delete a whole gallery (a quarantined one too): the same crash-safe path as ``lnserve gallery rm``."""
+    await run_in_threadpool(store.remove, name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/items", response_model=ItemsAdded, responses=_CONFLICT)
+async def add_items(
+    name: str,
+    body: ItemsAdd,
+    request: Request,
+    registry: RegistryDep,
+    store: GalleriesDep,
+    settings: SettingsDep,
+) -> ItemsAdded:
+    """Encode items with the gallery's model and add them atomically (all or none); returns their ids."""
+    TooManySentencesError.check(len(body.items), settings.max_sentences)
+    ids = [check_item_id(it.id) if it.id is not None else new_item_id() for it in body.items]  # pre-encoding
+    info = await run_in_threadpool(store.get, name)
+    wanted = "text" if info.kind == "captions" else "image"
+    wrong = next((i for i, it in enumerate(body.items) if getattr(it, wanted) is None), None)
+    if wrong is not None:
+        raise GalleryMismatchError(f"gallery {name!r} holds {info.kind}: item {wrong} has no {wanted!r}")
+    entry = model_for(registry, info, body.model)
+    texts = [it.text for it in body.items if it.text is not None]
+    images = [it.image for it in body.items if it.image is not None]
+    text_vecs, image_vecs = await encode_inputs(
+        request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
+    )
+    vectors = text_vecs if text_vecs is not None else image_vecs
+    assert vectors is not None  # every item has its text or its image (checked above)
+    payloads = [
+        it.payload if "payload" in it.model_fields_set or it.text is None else {"text": it.text}
+        for it in body.items
+    ]
+
+    def add() -> tuple[list[str], int]:
+        added = store.add_items(name, vectors, ids=ids, payloads=payloads, model=entry.model_ref())
+        return added, store.get(name).count
+
+    added, count = await run_in_threadpool(add)
+    return ItemsAdded(gallery=name, ids=added, count=count)
+
+
+ItemIdQuery = Annotated[
+    str,
+    Query(
+        alias="id",
+        min_length=1,
+        max_length=256,
+        description="The item's id, percent-encoded. Any id: this form also reaches ids stored before new "
+        f"ids had to be {ITEM_ID_RULE}, which no path segment can address.",
+    ),
+]
+
+
+@router.get("/{name}/items", response_model=ItemOut, responses={404: {"model": ErrorBody}})
+async def get_item_by_query(name: str, item_id: ItemIdQuery, store: GalleriesDep) -> JSONResponse:
+    """One live item's id and payload, the id given as ``?id=``."""
+    return await run_in_threadpool(lambda: JSONResponse(store.get_item(name, item_id)))  # payload: any size
+
+
+@router.delete("/{name}/items", status_code=204, responses={404: {"model": ErrorBody}})
+async def delete_item_by_query(name: str, item_id: ItemIdQuery, store: GalleriesDep) -> Response:
+    """Delete one item, the id given as ``?id=``."""
+    await run_in_threadpool(store.delete_item, name, item_id)
+    return Response(status_code=204)
+
+
+@router.get("/{name}/items/{item_id}", response_model=ItemOut)
+async def get_item(name: str, item_id: str, store: GalleriesDep) -> JSONResponse:
+    """One live item's id and payload."""
+    return await run_in_threadpool(lambda: JSONResponse(store.get_item(name, item_id)))  # payload: any size
+
+
+@router.delete("/{name}/items/{item_id}", status_code=204, responses={404: {"model": ErrorBody}})
+async def delete_item(name: str, item_id: str, store: GalleriesDep) -> Response:
+    """Delete one item; it stops appearing in results at once."""
+    await run_in_threadpool(store.delete_item, name, item_id)
+    return Response(status_code=204)

@@ -1,0 +1,43 @@
+"""``POST /models/{name}/reload``: serve a new version of a model's artifact without a restart.
+
+Behind the API key (like every non-public route); with no key set it is refused (403 ``reload_disabled``)
+unless ``reload_without_key`` allows it: a reload is an admin action, and an open one let anyone make the
+server load models over and over. It loads only what is in the model's own configured directory (e.g.
+re-converted or pulled into the volume), never a path from the request.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from lnserve.app.http.deps import RegistryDep, SettingsDep
+from lnserve.app.http.errors import ReloadDisabledError
+from lnserve.app.http.schemas import ErrorBody, ModelInfo
+
+router = APIRouter(tags=["models"])
+
+
+@router.post(
+    "/models/{name}/reload",
+    response_model=ModelInfo,
+    responses={
+        403: {"model": ErrorBody, "description": "reload_disabled"},
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody, "description": "model_renamed"},
+        422: {"model": ErrorBody, "description": "reload_failed"},
+    },
+)
+async def reload_model(
+    name: str, registry: RegistryDep, settings: SettingsDep, request: Request
+) -> ModelInfo:
+    """Load the artifact now in the model's directory beside the serving version, warm it up, switch to it
+    atomically and drain the old version; on failure the old version serves on and the reason is returned.
+    Under ``serve --ray`` every replica does so, or none (``app.state.reload``: ``scale.reload``)."""
+    if settings.api_key is None and not settings.reload_without_key:
+        raise ReloadDisabledError(
+            "reload is an admin action and this server has no API key: set LNSERVE_API_KEY (then send "
+            "Authorization: Bearer <key>), or LNSERVE_RELOAD_WITHOUT_KEY=true to allow it without one"
+        )
+    reload = getattr(request.app.state, "reload", None) or registry.reload
+    entry = await reload(name)
+    return ModelInfo.model_validate(entry.describe(default=name == registry.default_name))

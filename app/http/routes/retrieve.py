@@ -1,0 +1,105 @@
+"""``POST /retrieve``: exact top-k of a gallery for text, image-feature or stored-item queries.
+
+Text and image queries are encoded through the model's micro-batcher (as ``/encode``); id queries reuse a
+stored vector. Queries are grouped by kind (a caption fills the caption slot of E(caption, image), an image
+the image slot), each group is one store search in a worker thread, and the results return in request order.
+Every response carries ``score`` (metric, direction, meaning).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from lnserve.app.galleries.layout import GalleryInfo
+from lnserve.app.galleries.rules import check_image_query
+from lnserve.app.galleries.store import GalleryStore
+from lnserve.app.http.body_parsing import OffloadedBodyRoute
+from lnserve.app.http.deps import GalleriesDep, RegistryDep, SettingsDep
+from lnserve.app.http.routes.gallery_helpers import encode_inputs
+from lnserve.app.http.schemas.retrieval import (
+    IdQuery,
+    ImageQuery,
+    Query,
+    RetrieveRequest,
+    RetrieveResponse,
+    TextQuery,
+)
+from lnserve.app.serving.errors import TooManySentencesError
+from lnserve.app.serving.galleries import model_for
+from lnserve.app.serving.registry import ModelEntry
+from lnserve.app.serving.retrieval import _search, _stored_vectors
+
+router = APIRouter(tags=["retrieval"], route_class=OffloadedBodyRoute)
+
+
+@router.post("/retrieve", response_model=RetrieveResponse)
+async def retrieve(
+    body: RetrieveRequest,
+    request: Request,
+    registry: RegistryDep,
+    store: GalleriesDep,
+    settings: SettingsDep,
+) -> JSONResponse:
+    """Best-first ``{id, score, payload}`` per query; ``score`` says which direction is better."""
+    queries = body.query_list()
+    TooManySentencesError.check(len(queries), settings.max_sentences, "queries")
+    info = await run_in_threadpool(store.get, body.gallery)
+    if any(isinstance(q, ImageQuery) for q in queries):  # before encoding them
+        check_image_query(info)
+    # id-only requests need no encoder: the gallery's model need not even be served
+    needs_model = body.model is not None or not all(isinstance(q, IdQuery) for q in queries)
+    entry = model_for(registry, info, body.model) if needs_model else None
+    vectors, kinds = await _query_vectors(request, store, info, entry, queries, body)
+    ref = entry.model_ref() if entry is not None else None
+    found = await run_in_threadpool(_search, store, info.name, vectors, kinds, body.k, ref)
+    results: list[Any] = found["results"]
+    answer = {
+        "gallery": info.name,
+        "model": entry.name if entry is not None else info.model,
+        "score": found["score"],
+        "results": results[0] if body.query is not None else results,
+    }
+    # written in a thread: queries x k hits, each with its payload (any JSON), can make megabytes
+    return await run_in_threadpool(JSONResponse, answer)
+
+
+async def _query_vectors(
+    request: Request,
+    store: GalleryStore,
+    info: GalleryInfo,
+    entry: ModelEntry | None,
+    queries: list[Query],
+    body: RetrieveRequest,
+) -> tuple[list[np.ndarray], list[str]]:
+    """One vector and one kind (captions | images) per query, in request order."""
+    texts = [q.text for q in queries if isinstance(q, TextQuery)]
+    images = [q.image for q in queries if isinstance(q, ImageQuery)]
+    text_vecs = image_vecs = None
+    if texts or images:
+        assert entry is not None
+        text_vecs, image_vecs = await encode_inputs(
+            request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
+        )
+    id_queries = [q for q in queries if isinstance(q, IdQuery)]
+    stored = await run_in_threadpool(_stored_vectors, store, info, id_queries) if id_queries else []
+    it_text = iter(text_vecs if text_vecs is not None else [])
+    it_image = iter(image_vecs if image_vecs is not None else [])
+    it_id = iter(stored)
+    vectors, kinds = [], []
+    for q in queries:
+        if isinstance(q, TextQuery):
+            vectors.append(next(it_text))
+            kinds.append("captions")
+        elif isinstance(q, ImageQuery):
+            vectors.append(next(it_image))
+            kinds.append("images")
+        else:
+            vec, kind = next(it_id)
+            vectors.append(vec)
+            kinds.append(kind)
+    return vectors, kinds

@@ -1,0 +1,45 @@
+"""``POST /score``: caption x image scores with the model's own error, without a gallery: the HTTP twin of
+``lnserve score`` (which takes vectors; here the captions and image features are encoded first)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from lnserve.app.http.body_parsing import OffloadedBodyRoute
+from lnserve.app.http.deps import RegistryDep, SettingsDep
+from lnserve.app.http.routes.gallery_helpers import encode_inputs
+from lnserve.app.http.schemas import VectorJSONResponse
+from lnserve.app.http.schemas.tokenize_score import ScoreRequest, ScoreResponse
+from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.app.runtime.retrieval import metric_for, score_info
+from lnserve.app.runtime.scoring import error_matrix
+from lnserve.app.serving.errors import TooManySentencesError
+
+router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
+
+
+@router.post("/score", response_model=ScoreResponse, response_class=VectorJSONResponse)
+async def score(
+    body: ScoreRequest, request: Request, registry: RegistryDep, settings: SettingsDep
+) -> VectorJSONResponse:
+    """Order-violation (or negative-cosine, for symmetric models) errors between every caption and every
+    image: lower is better. Encoding goes through the model's micro-batcher like ``/encode``."""
+    entry = registry.get(body.model)
+    if entry.manifest.get("family") != "order-embedding":
+        raise EncodeInputError(
+            f"model {entry.name!r} is {entry.manifest.get('family')}: /score needs an order-embedding model "
+            "(caption x image scores)"
+        )
+    TooManySentencesError.check(len(body.captions), settings.max_sentences, "captions")
+    TooManySentencesError.check(len(body.images), settings.max_sentences, "images")
+    caps, ims = await encode_inputs(
+        request, entry, texts=body.captions, images=body.images, pretokenized=body.pretokenized,
+        truncate=body.truncate,
+    )  # fmt: skip
+    assert caps is not None and ims is not None
+    method = entry.manifest["options"]["method"]
+    errs = await run_in_threadpool(error_matrix, caps, ims, method)
+    return VectorJSONResponse(
+        {"model": entry.name, "score": score_info(metric_for(method, "order-embedding")), "scores": errs}
+    )

@@ -1,0 +1,149 @@
+"""The text-embeddings-inference (TEI) protocol, so huggingface_hub's ``InferenceClient`` and TEI load tests
+work: ``POST /embed``, ``POST /similarity``, ``POST /`` (either, by the shape of ``inputs``) and TEI's
+tokenize at ``POST /tei/tokenize`` (``POST /tokenize`` is lnserve's own shape).
+
+TEI serves one model per process: these routes answer with the default model (``LNSERVE_DEFAULT_MODEL``).
+They run on the same tokeniser, limits, micro-batcher, API key and metrics as ``/encode``. Errors keep
+lnserve's JSON body and code, with TEI's statuses: over a limit (``too_many_sentences``,
+``sentence_too_long``, a body over ``max_body_bytes``) is 413, other bad input 422, overload 429, not ready
+503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from lnserve.app.http.body_parsing import OffloadedBodyRoute
+from lnserve.app.http.deps import RegistryDep
+from lnserve.app.http.errors import error_response
+from lnserve.app.http.routes.encode_helpers import check_dimensions, encode_texts, text_inputs
+from lnserve.app.http.schemas import VectorJSONResponse
+from lnserve.app.http.schemas.tei import (
+    SimilarityInput,
+    TEIEmbedRequest,
+    TEIRootRequest,
+    TEISimilarityRequest,
+    TEIToken,
+    TEITokenizeRequest,
+)
+from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.app.serving.errors import SentenceTooLongError, TooManySentencesError
+from lnserve.app.serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry
+
+# TEI answers 413 (its "validation" errors) where a request is over a limit; lnserve's table says 422
+_OVER_LIMIT = (TooManySentencesError, SentenceTooLongError)
+
+
+class TEIRoute(OffloadedBodyRoute):
+    """A route that answers over-limit errors with TEI's 413 (same code and body as everywhere else)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def tei_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except _OVER_LIMIT as exc:
+                rid = getattr(request.state, "request_id", None)
+                return error_response(413, exc.code, str(exc), request_id=rid)
+
+        return tei_handler
+
+
+router = APIRouter(tags=["tei"], route_class=TEIRoute)
+
+
+def _no_prompt(prompt_name: str | None) -> None:
+    if prompt_name is not None:
+        raise EncodeInputError(f"prompt_name={prompt_name!r}: lnserve's models have no prompts")
+
+
+async def _embed(
+    request: Request,
+    entry: ModelEntry,
+    body: TEIEmbedRequest | TEIRootRequest,
+    inputs: str | list[str] | list[int] | list[list[int]],
+) -> VectorJSONResponse:
+    texts = text_inputs(inputs)
+    _no_prompt(body.prompt_name)
+    check_dimensions(entry, body.dimensions)
+    vectors, _ = await encode_texts(
+        request,
+        entry,
+        texts,
+        truncate=bool(body.truncate),
+        keep_end=body.truncation_direction == "left",
+        normalize=body.normalize,
+    )
+    return VectorJSONResponse(np.ascontiguousarray(vectors, dtype=np.float32))
+
+
+async def _similarity(
+    request: Request, entry: ModelEntry, body: TEISimilarityRequest | TEIRootRequest, inputs: SimilarityInput
+) -> VectorJSONResponse:
+    """Cosine similarity of ``source_sentence`` to each of ``sentences`` (as TEI: unit vectors' dot)."""
+    _no_prompt(body.prompt_name)
+    texts = [inputs.source_sentence, *inputs.sentences]
+    vectors, _ = await encode_texts(
+        request,
+        entry,
+        texts,
+        truncate=bool(body.truncate),
+        keep_end=body.truncation_direction == "left",
+        normalize=True,
+    )
+    return VectorJSONResponse((vectors[1:] @ vectors[0]).astype(np.float32))
+
+
+@router.post("/embed", response_model=list[list[float]], response_class=VectorJSONResponse)
+async def embed(body: TEIEmbedRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
+    """TEI ``/embed``: one vector per input, always a list of lists."""
+    return await _embed(request, registry.get(None), body, body.inputs)
+
+
+@router.post("/similarity", response_model=list[float], response_class=VectorJSONResponse)
+async def similarity(
+    body: TEISimilarityRequest, request: Request, registry: RegistryDep
+) -> VectorJSONResponse:
+    """TEI ``/similarity``: the cosine similarity of ``source_sentence`` to each sentence, in order."""
+    return await _similarity(request, registry.get(None), body, body.inputs)
+
+
+@router.post("/", response_model=list[list[float]] | list[float], response_class=VectorJSONResponse)
+async def root(body: TEIRootRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
+    """The Hugging Face inference shape (``InferenceClient(base_url=...)``): ``feature_extraction`` sends
+    ``{"inputs": "..." | [...]}`` (vectors), ``sentence_similarity`` sends ``{"inputs": {"source_sentence":
+    ..., "sentences": [...]}}`` (one score per sentence)."""
+    entry = registry.get(None)
+    if isinstance(body.inputs, SimilarityInput):
+        return await _similarity(request, entry, body, body.inputs)
+    return await _embed(request, entry, body, body.inputs)
+
+
+@router.post("/tei/tokenize", response_model=list[list[TEIToken]])
+async def tei_tokenize(body: TEITokenizeRequest, registry: RegistryDep) -> list[list[dict[str, Any]]]:
+    """TEI's ``/tokenize`` shape (``POST /tokenize`` is lnserve's own): per input, each token with its id;
+    ``special`` marks the appended ``<eos>``; character offsets are not tracked (null)."""
+    _no_prompt(body.prompt_name)
+    entry = registry.get(None)
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    if not texts:
+        raise EncodeInputError("inputs is an empty list")
+    eos = None if body.add_special_tokens else False
+    if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
+        out = entry.tokenize(texts, pretokenized=False, eos=eos)
+    else:
+        out = await asyncio.to_thread(entry.tokenize, texts, pretokenized=False, eos=eos)
+    return [
+        [
+            {"id": t["id"], "text": t["token"], "special": out["eos"] and i == len(s["tokens"]) - 1}
+            for i, t in enumerate(s["tokens"])
+        ]
+        for s in out["sentences"]
+    ]

@@ -1,0 +1,35 @@
+"""``POST /tokenize``: the tokens and ids a model would use for each sentence, unknown words marked."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from lnserve.app.http.body_parsing import OffloadedBodyRoute
+from lnserve.app.http.deps import RegistryDep
+from lnserve.app.http.schemas.tokenize_score import TokenizeRequest, TokenizeResponse
+from lnserve.app.serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry
+
+router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
+
+
+@router.post("/tokenize", response_model=TokenizeResponse)
+async def tokenize(body: TokenizeRequest, registry: RegistryDep) -> Response:
+    """Tokenise as ``/encode`` would (same tokenizer, vocabulary, eos and limits), without running the model:
+    shows which words the model does not know (they all take one UNK vector)."""
+    entry = registry.get(body.model)
+    if sum(map(len, body.sentences)) <= INLINE_TOKENIZE_CHARS:
+        content = _answer(entry, body)
+    else:  # megabytes of text never stall the loop: tokenised and written in a thread
+        content = await asyncio.to_thread(_answer, entry, body)
+    return Response(content, media_type="application/json")
+
+
+def _answer(entry: ModelEntry, body: TokenizeRequest) -> bytes:
+    """The response body, written by orjson straight from the token lists: the answer echoes every token, so
+    FastAPI's per-object validation and encoding of it would cost in proportion to the input, on the loop."""
+    out = entry.tokenize(body.sentences, pretokenized=body.pretokenized, eos=body.eos, truncate=body.truncate)
+    return orjson.dumps(out)

@@ -1,0 +1,78 @@
+"""Request and response bodies of ``/tokenize`` and ``/score`` (kept apart from ``app.schemas``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lnserve.app.http.schemas.fields import Eos, ModelName, Pretokenized
+
+
+# -- /tokenize -------------------------------------------------------------------------------------
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = ModelName
+    sentences: list[str] = Field(
+        min_length=1, description="Sentences to tokenise, in order; at most max_sentences (see /info)."
+    )
+    pretokenized: bool = Pretokenized
+    eos: bool | None = Eos
+    truncate: bool = Field(
+        False, description="Cut sentences over max_tokens (as /encode does) instead of refusing them."
+    )
+
+
+class Token(BaseModel):
+    token: str = Field(description="The token as looked up (after the tokenizer: e.g. lowercased).")
+    id: int = Field(description="Its vocabulary id (order-embedding) or word-table row (skip-thoughts).")
+    unknown: bool = Field(description="Not in the model's vocabulary: it takes the one UNK vector.")
+    source: Literal["model", "expansion", "unk"] | None = Field(
+        None,
+        description="Where its vector comes from: the model's own vocabulary, the vocabulary expansion "
+        "(word2vec rows), or the UNK vector; null where the model's word table does not record it.",
+    )
+
+
+class TokenizedSentence(BaseModel):
+    tokens: list[Token]
+    token_count: int = Field(description="Steps /encode runs for this sentence (eos included).")
+    unk_count: int = Field(description="Of those, unknown tokens (as /encode's unk_counts).")
+
+
+class TokenizeResponse(BaseModel):
+    model: str
+    tokenizer: str = Field(description="coco, treebank or whitespace (pretokenized).")
+    eos: bool
+    unk_id: int | None = Field(description="The id unknown words map to (null: the model has none).")
+    sentences: list[TokenizedSentence]
+
+
+# -- /score ----------------------------------------------------------------------------------------
+class ScoreRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = ModelName
+    captions: list[str] = Field(
+        min_length=1, description="Captions (text), encoded with the model's defaults."
+    )
+    images: list[list[float]] = Field(min_length=1, description="CNN feature rows (M x dim_image).")
+    pretokenized: bool = Field(
+        False, description="Split captions on whitespace only, as the original code did."
+    )
+    truncate: bool = Field(False, description="Cut captions over max_tokens instead of refusing them.")
+
+
+class ScoreMeaning(BaseModel):
+    metric: str = Field(description="order_violation or negative_cosine: the model's own error.")
+    direction: str
+    meaning: str
+
+
+class ScoreResponse(BaseModel):
+    model: str
+    score: ScoreMeaning
+    scores: list[list[float]] = Field(
+        description="N x M: scores[i][j] is the error of caption i against image j (as `lnserve score`)."
+    )

@@ -1,0 +1,153 @@
+"""Running the app under uvicorn, for ``lnserve serve``.
+
+Everything that can fail at startup fails before the server starts, as one line and exit 2: the model
+directories are read and checked (``read_artifact``: manifest, every file present and intact) and the port
+is bound here, not by uvicorn (which logged the error and exited 3 after starting the app). A model that
+still cannot be built while the server starts (an ONNX session error) stops it the same way, exit 2.
+
+On SIGTERM the server stops accepting connections and lets requests in flight finish until
+``drain_timeout_s`` after the signal; those still running then get a JSON 503 ``shutting_down``
+(``lnserve.app.http.lifecycle``), and the process exits within about a second of the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import importlib.util
+import logging
+import math
+import socket
+import time
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from lnserve.app.connection_deadlines import deadline_protocol
+from lnserve.app.http.lifecycle import Lifecycle
+from lnserve.app.http.main import create_app
+from lnserve.app.serving.registry import resolve_model_dirs
+from lnserve.app.settings import Settings
+from lnserve.converters.artifact import read_artifact
+from lnserve.errors import UserInputError
+
+log = logging.getLogger("lnserve.server")
+_UVICORN_GRACE_S = 1.0  # uvicorn's own cancel comes this long after our drain deadline, as a backstop
+
+
+class AddressInUseError(UserInputError):
+    """Another process already listens on the address and port."""
+
+    code = "address_in_use"
+
+
+class BindError(UserInputError):
+    """The address cannot be listened on (unknown host, not this machine's, a privileged port)."""
+
+    code = "bind_failed"
+
+
+def check_models(settings: Settings) -> None:
+    """Read every configured model directory and check its files against its manifest.
+
+    Raises:
+        ArtifactError: a directory is not an artifact, or a file is missing, truncated or modified.
+        UserInputError: two models share a name, or the default model is not among them.
+    """
+    for _, path, _ in resolve_model_dirs(settings):
+        read_artifact(path)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (uvicorn listens on it).
+
+    Raises:
+        AddressInUseError: the port is taken.
+        BindError: any other reason the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only then (with proto 0 every
+    # response written as headers + body waited ~40 ms for the client's delayed ACK)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUseError(
+                f"{host}:{port} is already in use (is another server running there?); "
+                "choose another port with --port or LNSERVE_PORT"
+            ) from None
+        raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def fast_paths() -> tuple[str, str]:
+    """uvicorn's HTTP parser and event loop: httptools and uvloop (dependencies) where they import, else
+    h11 and asyncio (uvloop has no Windows build)."""
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    return http, loop
+
+
+class LnserveServer(uvicorn.Server):
+    """uvicorn's server, telling the app when the drain began and stopping when the app says so."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle, drain_timeout_s: float) -> None:
+        super().__init__(config)
+        self.lifecycle, self.drain_timeout_s = lifecycle, drain_timeout_s
+        self.signalled_at: float | None = None
+        lifecycle.on_fatal = self._stop
+
+    def _stop(self) -> None:
+        self.should_exit = True
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """Signal handler: the drain deadline counts from the signal, not from uvicorn noticing it."""
+        if self.signalled_at is None:
+            self.signalled_at = time.monotonic()
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        began = self.signalled_at if self.signalled_at is not None else time.monotonic()
+        left = max(0.0, began + self.drain_timeout_s - time.monotonic())
+        self.lifecycle.begin_drain(asyncio.get_running_loop().time() + left)
+        await super().shutdown(sockets)
+
+
+def serve_app(settings: Settings) -> None:
+    """Check the models, bind the port, serve until SIGTERM / SIGINT.
+
+    Raises:
+        LnserveError: a model or the address is unusable (before serving), or a model failed to load
+            while the server started (after stopping it).
+    """
+    check_models(settings)
+    sock = bind_socket(settings.host, settings.port)
+    app: FastAPI = create_app(settings)
+    http, loop = fast_paths()
+    protocol = (
+        deadline_protocol(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s)
+        if http == "httptools"
+        else http
+    )
+    config = uvicorn.Config(
+        app,
+        http=protocol,
+        loop=loop,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s + _UVICORN_GRACE_S),  # whole seconds
+        server_header=False,
+    )
+    lifecycle: Lifecycle = app.state.lifecycle
+    server = LnserveServer(config, lifecycle, settings.drain_timeout_s)
+    log.info("listening on http://%s:%d (http %s, loop %s)", settings.host, sock.getsockname()[1], http, loop)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if lifecycle.fatal is not None:
+        raise lifecycle.fatal

@@ -1,0 +1,97 @@
+"""The app in-process (httpx ASGI transport): /ready before and after loading, the router contract."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lnserve.app.http.main import create_app
+from lnserve.app.http.routes import ROUTER_MODULES
+from lnserve.app.serving.registry import demo_if_empty, resolve_model_dirs
+from lnserve.app.settings import InvalidSettingError, Settings
+from lnserve.converters.errors import ArtifactError
+
+
+def test_ready_turns_true_after_load_and_warm_up(tmp_path: Path) -> None:
+    async def main() -> None:
+        app = create_app(Settings(galleries_dir=tmp_path))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            before = await c.get("/ready")
+            assert before.status_code == 503 and before.json()["ready"] is False
+            assert (await c.get("/health")).status_code == 200
+            r = await c.post("/encode", json={"sentences": ["a dog"]})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
+            async with app.router.lifespan_context(app):
+                deadline = time.monotonic() + 120  # a deadline, not a count: a busy machine loads slowly
+                while (await c.get("/ready")).status_code != 200 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                ready = (await c.get("/ready")).json()
+                assert ready == {"ready": True, "models": {"demo-lngru": "ready"}, "errors": {}}
+                assert (await c.post("/encode", json={"sentences": ["a dog"]})).status_code == 200
+
+    asyncio.run(main())
+
+
+def test_every_router_module_is_included() -> None:
+    app = create_app(Settings())
+    paths = set(app.openapi()["paths"])
+    assert {
+        "/encode",
+        "/encode/images",
+        "/v1/embeddings",
+        "/models",
+        "/info",
+        "/health",
+        "/ready",
+        "/metrics",
+        "/galleries",
+        "/galleries/{name}/items",
+        "/retrieve",
+    } <= paths
+    assert ROUTER_MODULES[:5] == ("encode", "embeddings", "models", "health", "metrics")
+
+
+def test_model_directories(artifacts: dict[str, Path], tmp_path: Path) -> None:
+    a = artifacts["oe_order_gru"]
+    names = [n for n, _, _ in resolve_model_dirs(Settings(models=[a.parent]))]
+    assert "oe_order_gru" in names and "skipthoughts_lngru" in names  # a folder of artifacts
+    with pytest.raises(ArtifactError, match="two models"):
+        resolve_model_dirs(Settings(models=[a, a]))
+    with pytest.raises(InvalidSettingError, match="default model") as bad_default:
+        resolve_model_dirs(Settings(models=[a], default_model="nope"))
+    assert bad_default.value.code == "invalid_setting"  # a configuration mistake, not invalid_input
+    with pytest.raises(InvalidSettingError, match="no such file or directory") as missing:
+        resolve_model_dirs(Settings(models=[tmp_path / "typo"]))
+    assert missing.value.code == "invalid_setting" and missing.value.exit_code == 2
+    with pytest.raises(ArtifactError, match="no model artifacts"):
+        resolve_model_dirs(Settings(models=[tmp_path]))
+
+
+def test_an_empty_models_folder_serves_the_demo_only_when_asked(
+    artifacts: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LNSERVE_DEMO_IF_EMPTY (set by the image): a fresh, empty /models volume serves the demo and says so;
+    a folder with an artifact, a missing path and the setting off keep their usual answers."""
+    empty = tmp_path / "models"
+    (empty / "lost+found").mkdir(parents=True)  # a fresh volume may hold a folder that is no artifact
+    with caplog.at_level("WARNING", logger="lnserve.registry"):
+        served = demo_if_empty(Settings(models=[empty], demo_if_empty=True))
+    assert served.models == []
+    assert [n for n, _, _ in resolve_model_dirs(served)] == ["demo-lngru"]
+    assert f"{empty}: no model artifacts; serving the embedded demo model" in caplog.text
+    off = Settings(models=[empty])
+    assert demo_if_empty(off) is off
+    with pytest.raises(ArtifactError, match="no model artifacts"):
+        resolve_model_dirs(off)
+    for models in (
+        [artifacts["oe_order_gru"].parent],
+        [empty, artifacts["oe_order_gru"]],
+        [tmp_path / "typo"],
+    ):
+        given = Settings(models=models, demo_if_empty=True)
+        assert demo_if_empty(given) is given

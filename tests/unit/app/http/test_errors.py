@@ -1,0 +1,85 @@
+"""Every error the service can raise has a stable code and an HTTP status; one body shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import lnserve.app.galleries.errors  # loaded so the gallery errors are checked against the tree too
+import lnserve.app.http.errors
+import lnserve.app.pull.errors  # loaded so its error classes are checked too
+import lnserve.app.serving.batcher
+from lnserve.app.http.errors import ERROR_TABLE, HTTP_STATUSES, error_response, http_status
+from lnserve.app.runtime.errors import ProviderUnavailableError
+from lnserve.converters.errors import UnsafePickleError
+from lnserve.errors import LnserveError, UserInputError
+
+
+def _subclasses(cls: type) -> set[type]:
+    out = set(cls.__subclasses__())
+    for sub in list(out):
+        out |= _subclasses(sub)
+    return out
+
+
+def test_every_error_class_has_code_and_status() -> None:
+    classes = _subclasses(LnserveError)
+    assert {
+        lnserve.app.serving.errors.ModelNotFoundError,
+        lnserve.app.serving.errors.NotReadyError,
+        lnserve.app.serving.batcher.QueueFullError,
+    } <= classes
+    assert lnserve.app.galleries.errors.GalleryNotFoundError in classes
+    for cls in classes:
+        assert cls.code and cls.code == cls.code.lower() and " " not in cls.code, cls
+        assert cls.code in HTTP_STATUSES or issubclass(cls, UserInputError), f"{cls.__name__}: no status"
+        doc = (sys.modules[cls.__module__].__doc__ or "") + (lnserve.app.http.errors.__doc__ or "")
+        assert cls.code in doc, f"{cls.__name__} missing from the error tree in {cls.__module__}'s docstring"
+
+
+def test_statuses_of_the_service_errors() -> None:
+    assert http_status(lnserve.app.serving.errors.ModelNotFoundError("m")) == 404
+    assert http_status(lnserve.app.serving.errors.RequestTooLargeError("m")) == 413
+    assert http_status(lnserve.app.serving.errors.SentenceTooLongError("m")) == 422
+    assert http_status(lnserve.app.serving.errors.TooManySentencesError("m")) == 422
+    assert http_status(lnserve.app.serving.errors.UnauthorizedError("m")) == 401
+    assert http_status(lnserve.app.serving.batcher.QueueFullError("m")) == 429
+    assert http_status(lnserve.app.serving.errors.NotReadyError("m")) == 503
+    assert http_status(ProviderUnavailableError("m")) == 503
+    assert http_status(UnsafePickleError("m")) == 422  # an unlisted input code is the caller's fault
+    assert http_status(LnserveError("m")) == 500
+    assert all(status >= 400 and code for status, code in ERROR_TABLE.values())
+
+
+def test_error_body_shape_and_unencodable_text() -> None:
+    resp = error_response(404, "model_not_found", "no model named '\ud800'", request_id="r1")
+    body = json.loads(resp.body)
+    assert body == {  # the lone surrogate is escaped, not dropped and not a 500
+        "error": {"code": "model_not_found", "message": "no model named '\\ud800'", "request_id": "r1"}
+    }
+
+
+def test_a_corrupt_gallery_is_unavailable_not_an_internal_error() -> None:
+    """503: the server is healthy and serves the other galleries; the CLI exits 2 with the reason."""
+    err = lnserve.app.galleries.errors.GalleryCorruptError("g", "vectors.f32 is missing")
+    assert (err.code, http_status(err), err.exit_code) == ("gallery_corrupt", 503, 2)
+    assert str(err) == "gallery 'g' is corrupt: vectors.f32 is missing"
+    assert err.reason == "vectors.f32 is missing"
+
+
+def _defines(cls: type, attr: str) -> bool:
+    return any(attr in vars(klass) for klass in cls.__mro__ if klass is not Exception)
+
+
+def test_lower_layers_define_codes_only_the_app_owns_statuses() -> None:
+    """One table: no error class carries an HTTP status, so a status can only change in ``HTTP_STATUSES``."""
+    for cls in _subclasses(LnserveError) | {LnserveError}:
+        assert not _defines(cls, "http_status"), f"{cls.__module__}.{cls.__name__} defines http_status"
+
+
+def test_runtime_errors_live_in_the_runtime() -> None:
+    import lnserve.converters.errors
+
+    for name in ("EncodeInputError", "ProviderUnavailableError", "OnnxModelError"):
+        assert not hasattr(lnserve.converters.errors, name), name
+        assert getattr(lnserve.app.runtime.errors, name).__module__ == "lnserve.app.runtime.errors"

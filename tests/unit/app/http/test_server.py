@@ -1,0 +1,56 @@
+"""``lnserve.app.http.server``: the socket ``lnserve serve`` listens on."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from lnserve.app.http.server import AddressInUseError, BindError, bind_socket
+
+
+def test_accepted_connections_have_nodelay_so_responses_are_not_held_back() -> None:
+    """With Nagle on, a response written as headers then body waited ~40 ms for the client's delayed ACK:
+    asyncio sets TCP_NODELAY on accepted connections only when the listening socket says it is TCP."""
+
+    async def main() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Capture(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        listening = bind_socket("127.0.0.1", 0)
+        server = await asyncio.get_running_loop().create_server(Capture, sock=listening)
+        async with server:
+            _, writer = await asyncio.open_connection(*listening.getsockname())
+            try:
+                return await asyncio.wait_for(accepted, 30)
+            finally:
+                writer.close()
+
+    assert asyncio.run(main()) == 1
+
+
+def test_a_taken_port_and_a_foreign_address_are_clear_errors() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(AddressInUseError, match=rf"127\.0\.0\.1:{port} is already in use") as info:
+            bind_socket("127.0.0.1", port)
+        assert info.value.exit_code == 2
+    # TEST-NET-1 (192.0.2.0/24) is documentation-only: never an address of this machine
+    with pytest.raises(BindError, match=r"cannot listen on 192\.0\.2\.1:"):
+        bind_socket("192.0.2.1", 0)
+
+
+def test_uvicorn_runs_on_httptools_and_uvloop_where_they_install() -> None:
+    """Both are dependencies (Linux, macOS): the C parser and libuv loop cost the event loop less per
+    request than h11 and asyncio; ``lnserve serve`` names them in its "listening on" line."""
+    from lnserve.app.http.server import fast_paths
+
+    assert fast_paths() == ("httptools", "uvloop")

@@ -1,0 +1,134 @@
+"""The all-or-none reload of ``serve --ray`` (``scale.reload``) over two real registries standing in for two
+replicas (each with its own copy of the model's directory, real onnxruntime sessions); the fan-out is a
+plain gather where Ray would ``broadcast``. A reload that one replica cannot stage leaves both on the old
+version and answers ``reload_failed`` naming why; when both stage it, both serve the new one."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lnserve.app.scale.reload import ClusterReload, StagedVersions
+from lnserve.app.serving.registry import ModelRegistry, ReloadFailedError
+from lnserve.app.settings import Settings
+from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
+from tests.conftest import LEGACY
+
+NAME = "served"
+
+
+def _convert(out: Path, *, tuned: bool) -> None:
+    model = read_order_embedding(LEGACY / "order_embedding" / "oe_order_gru")
+    if tuned:  # a fine-tuned release: other word embeddings, another sha256
+        model.tensors = {k: v * 1.5 if "embedding" in k else v for k, v in model.tensors.items()}
+    write_order_embedding(model, out, name=NAME)
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("versions")
+    _convert(root / "v1", tuned=False)
+    _convert(root / "v2", tuned=True)
+    return {"v1": root / "v1", "v2": root / "v2"}
+
+
+def _install(version: Path, model_dir: Path) -> None:
+    shutil.rmtree(model_dir, ignore_errors=True)
+    shutil.copytree(version, model_dir)
+
+
+async def _replicas(tmp_path: Path, dirs: list[Path]) -> list[tuple[ModelRegistry, StagedVersions]]:
+    out = []
+    for d in dirs:
+        registry = ModelRegistry(Settings(models=[d], galleries_dir=tmp_path / "g", threads=1))
+        await registry.open()
+        assert not await registry.load()
+        out.append((registry, StagedVersions(registry)))
+    return out
+
+
+def _fan_out(replicas: list[tuple[ModelRegistry, StagedVersions]]) -> Any:
+    async def broadcast(method: str, *args: Any) -> list[Any]:
+        calls = {"stage_reload": "stage", "commit_reload": "commit", "abort_reload": "abort"}
+        return list(
+            await asyncio.gather(
+                *(getattr(staged, calls[method])(*args) for _, staged in replicas), return_exceptions=True
+            )
+        )
+
+    return broadcast
+
+
+def _sha(registry: ModelRegistry) -> str:
+    return str(registry.get(NAME).describe(default=True)["sha256"])
+
+
+async def _vector(registry: ModelRegistry) -> np.ndarray:
+    entry = registry.get(NAME)
+    seqs, _ = entry.prepare(["a dog on a table"], pretokenized=False, eos=None, truncate=True)
+    return await entry.encode_ids(seqs, normalize=None)
+
+
+def test_a_reload_one_replica_cannot_stage_leaves_every_replica_on_the_old_version(
+    tmp_path: Path, versions: dict[str, Path]
+) -> None:
+    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
+    for d in dirs:
+        _install(versions["v1"], d)
+
+    async def main() -> None:
+        replicas = await _replicas(tmp_path, dirs)
+        try:
+            v1_sha, v1_vec = _sha(replicas[0][0]), await _vector(replicas[0][0])
+            reload = ClusterReload(replicas[0][0], _fan_out(replicas))
+            # replica a finds v2, replica b a damaged copy: a loads and warms v2, then drops it
+            _install(versions["v2"], dirs[0])
+            weights = next(p for p in dirs[1].iterdir() if p.suffix in (".safetensors", ".npz", ".onnx"))
+            weights.write_bytes(weights.read_bytes()[:-7])
+            with pytest.raises(ReloadFailedError, match="was not reloaded on any of 2 replicas") as err:
+                await reload(NAME)
+            assert "serves on" in str(err.value)
+            for registry, staged in replicas:
+                assert _sha(registry) == v1_sha
+                np.testing.assert_array_equal(await _vector(registry), v1_vec)
+                assert not staged._staged  # nothing left staged
+
+            # both find v2: both serve it, with one sha256
+            _install(versions["v2"], dirs[1])
+            entry = await reload(NAME)
+            shas = {_sha(r) for r, _ in replicas}
+            assert shas == {entry.describe(default=True)["sha256"]} and v1_sha not in shas
+            got = [await _vector(r) for r, _ in replicas]
+            np.testing.assert_array_equal(got[0], got[1])
+            assert np.abs(got[0] - v1_vec).max() > 1e-3
+        finally:
+            for registry, _ in replicas:
+                await registry.close()
+
+    asyncio.run(main())
+
+
+def test_replicas_that_read_different_versions_do_not_swap(tmp_path: Path, versions: dict[str, Path]) -> None:
+    """Each stages fine but not the same bytes (the directory changed between them): none swaps."""
+    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
+    for d in dirs:
+        _install(versions["v1"], d)
+
+    async def main() -> None:
+        replicas = await _replicas(tmp_path, dirs)
+        try:
+            v1_sha = _sha(replicas[0][0])
+            _install(versions["v2"], dirs[0])
+            with pytest.raises(ReloadFailedError, match="replicas read different versions"):
+                await ClusterReload(replicas[1][0], _fan_out(replicas))(NAME)
+            assert {_sha(r) for r, _ in replicas} == {v1_sha}
+        finally:
+            for registry, _ in replicas:
+                await registry.close()
+
+    asyncio.run(main())
