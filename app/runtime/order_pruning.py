@@ -29,7 +29,6 @@ from lnserve.app.runtime.numba_kernel import _data
 
 LANES = 16
 SAMPLE_ROWS = 512  # rows measured per search for the block order and the first k-th best
-CHECK_BLOCKS = 4  # blocks summed between checks: fewer folds and compares, a little less pruning
 TILE_ROWS = 64  # rows scored against every query while they sit in L2 (256 KiB at dim 1024)
 
 
@@ -93,7 +92,7 @@ def _insert(keys, pos, score, p):  # pragma: no cover - compiled
     pos[i] = p
 
 
-def _span_sum(caption: bool):  # noqa: ANN202 - returns a numba intrinsic
+def _span_sum(caption: bool):
     """An intrinsic summing the terms of blocks ``order[b0:b1]`` (16 dims each) as one ``<16 x float>``
     accumulator folded once at the end (any order will do: it is only ever a bound). ``caption``:
     ``max(0, q - v)^2``, else ``max(0, v - q)^2``."""
@@ -143,14 +142,16 @@ _span_caption, _span_image = _span_sum(True), _span_sum(False)
 
 @njit(nogil=True, cache=True)
 def _blocks_read(qp, qoff, vp, voff, order, limit, caption):  # pragma: no cover - compiled
-    """Adds the blocks' terms in ``order``, ``CHECK_BLOCKS`` at a time, until the partial sum passes
-    ``limit``; returns the blocks read and whether the row was dropped."""
+    """Adds the blocks' terms in ``order``, a few at a time (up to 4: fewer folds and compares, a little
+    less pruning; 1 below 32 blocks), until the partial sum passes ``limit``; returns the blocks read and
+    whether the row was dropped."""
     partial = np.float32(0.0)
     n_blocks = order.shape[0]
     op = _index_data(order)
+    step = max(1, min(4, n_blocks // 16))
     b = 0
     while b < n_blocks:
-        end = min(n_blocks, b + CHECK_BLOCKS)
+        end = min(n_blocks, b + step)
         if caption:
             partial += _span_caption(qp, qoff, vp, voff, op, b, end)
         else:
