@@ -19,11 +19,10 @@ the order the former torch.compile kernel used on AVX-512 hosts, so scores are b
 longer depends on the CPU's vector width. It is not numpy's einsum order (``scoring.order_violation``, used
 by evaluation), which differs in the last bit for about half the pairs.
 
-Not done, measured: lower-bound pruning (score only the m dims where the query is largest, fully score only
-items whose partial score can still beat the running k-th best). On the benchmark's random non-negative unit
-vectors (dim 1024, 100k items) it pruned nothing for m <= 128; m = 384 pruned ~97% of items for caption
-queries but none for image queries, at a third of the full cost plus a column gather. It is data-dependent and
-never cheaper than the worst case here, so the scan stays exhaustive.
+Earlier, measured: lower-bound pruning on the m dims where the query is largest (then a column gather) pruned
+nothing for m <= 128 on the benchmark's random 1024-d unit vectors. ``pruned`` below prunes on the running
+k-th best instead, block by block; it stays opt-in because on such vectors it still reads 75-90% of the blocks
+at a higher cost per element than the register-blocked full scan (``benchmarks/retrieval.py``).
 
 ``pruned`` (``order_pruning.py``) is the numba kernel plus a top-k that drops an item once its partial sum
 is surely above the k-th best, then scores the survivors canonically: same ids and scores, less work where
