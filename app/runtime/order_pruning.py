@@ -213,6 +213,16 @@ class PrunedSearch:
         self._pool: ThreadPoolExecutor | None = None
         self.last_visited_fraction = float("nan")
 
+    def warm(self) -> None:
+        """Compile every variant a search calls (both sides, writable and read-only galleries) off the
+        request path; numba's disk cache makes this quick after the first process."""
+        items = np.zeros((4, 2 * LANES + 1), dtype=np.float32)
+        frozen = items.copy()
+        frozen.flags.writeable = False
+        for rows in (items, frozen):
+            for caption in (True, False):
+                self.top_k(items[:1], rows, 2, caption, None)
+
     def top_k(
         self, queries: np.ndarray, items: np.ndarray, k: int, caption: bool, valid: np.ndarray | None
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -159,6 +159,7 @@ class PrunedKernel(NumbaKernel):
         from lnserve.app.runtime.order_pruning import PrunedSearch
 
         self._search = PrunedSearch(self._split.threads)
+        self._search.warm()
 
     @property
     def last_visited_fraction(self) -> float:
