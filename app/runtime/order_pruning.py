@@ -16,6 +16,7 @@ gallery's k-th best from above, so pruning starts at the first row.
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -211,7 +212,8 @@ class PrunedSearch:
     def __init__(self, threads: int) -> None:
         self.threads = max(1, threads)
         self._pool: ThreadPoolExecutor | None = None
-        self.last_visited_fraction = float("nan")
+        self._pool_lock = threading.Lock()
+        self.last_visited_fraction = float("nan")  # of the last search in any thread: for benchmarks
 
     def warm(self) -> None:
         """Compile every variant a search calls (both sides, writable and read-only galleries) off the
@@ -271,8 +273,9 @@ class PrunedSearch:
             return keys, pos, visited
 
         if len(bounds) > 1:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="lnserve-pruned")
+            with self._pool_lock:  # concurrent searches share one pool
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="lnserve-pruned")
             results = [f.result() for f in [self._pool.submit(run, a, b) for a, b in bounds]]
         else:
             results = [run(a, b) for a, b in bounds]

@@ -180,3 +180,18 @@ def test_a_store_with_the_pruned_scorer_answers_as_the_numba_one(tmp_path: Path)
         store.delete_item("g", "i3")
         answers.append(store.search("g", queries, 25, query_kind="captions", model=model))
     assert answers[0] == answers[1]
+
+
+def test_concurrent_searches_each_get_their_own_exact_answer() -> None:
+    """The service searches from several threads at once; each answer is that query's full-scan answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(9)
+    items = _order_vectors(rng, 4000, 64)
+    batches = [_order_vectors(rng, 3, 64) for _ in range(6)]
+    search = PrunedSearch(2)
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda q: search.top_k(q, items, 10, True, None), batches))
+    for q, answer in zip(batches, got, strict=True):
+        want = top_k(q, items, 10, metric="order_violation", kernel=FULL)
+        assert _same(*answer, want.positions, want.scores)
