@@ -21,7 +21,7 @@ by evaluation), which differs in the last bit for about half the pairs.
 
 Earlier, measured: lower-bound pruning on the m dims where the query is largest (then a column gather) pruned
 nothing for m <= 128 on the benchmark's random 1024-d unit vectors. ``pruned`` below prunes on the running
-k-th best instead, block by block; it stays opt-in because on such vectors it still reads 75-90% of the blocks
+k-th best instead, block by block; it stays opt-in because on such vectors it still reads 70-87% of the blocks
 at a higher cost per element than the register-blocked full scan (``benchmarks/retrieval.py``).
 
 ``pruned`` (``order_pruning.py``) is the numba kernel plus a top-k that drops an item once its partial sum
