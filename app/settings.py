@@ -106,7 +106,8 @@ class Settings(BaseSettings):
     scorer: str = Field(
         "auto",
         description=f"Order-violation retrieval kernel: {', '.join(SCORERS)} "
-        "(auto: numba when it imports, else numpy; compiled is an alias of numba).",
+        "(auto: numba when it imports, else numpy; compiled is an alias of numba; pruned: numba plus a "
+        "bound-pruned exact top-k with bit-identical results).",
     )
 
     # network

@@ -6,7 +6,11 @@ loopback, with two baselines taken in the same run:
   reach. The HTTP column ``vs engine`` is HTTP req/s divided by that sentences/s. ``vs engine at its
   batches`` divides by the engine's sentences/s at the mean batch the server actually formed (its
   ``X-Batch-Size``): the cost of HTTP alone, with the batching policy taken out;
-- batch-size-1 serving (``LNSERVE_MAX_BATCH_SIZE=1``): the same server without micro-batching.
+- batch-size-1 serving (``LNSERVE_MAX_BATCH_SIZE=1``): the same server without micro-batching;
+- the bare framework: a minimal FastAPI app the benchmark writes and starts itself, on the same server stack
+  (uvicorn + uvloop + httptools, no access log), validating the same body with the same pydantic model
+  (``EncodeRequest``) and returning a fixed vector of the model's size in the same response shape. ``vs
+  bare`` is lnserve's req/s over its req/s: what lnserve costs beyond the framework itself.
 
 Cells are interleaved per concurrency (engine, then both servers) and repeated (``--rounds``), keeping the
 best: on a shared machine speed drifts over a run. The idle line compares the HTTP p50 at one client with
@@ -82,6 +86,12 @@ def in_process(model: Path, concurrency: int, seconds: float, threads: int) -> t
         lat.append(time.perf_counter() - t)
         done += len(batch)
     return done / seconds, pct(lat, 50), pct(lat, 99)
+
+
+def cpu_model() -> str:
+    path = Path("/proc/cpuinfo")
+    lines = path.read_text().splitlines() if path.exists() else []
+    return next((x.split(":", 1)[1].strip() for x in lines if x.startswith("model name")), "unknown")
 
 
 def _cpu_s() -> float:
@@ -304,6 +314,62 @@ def published_size_model(out: Path, *, n_in: int = 300, d: int = 1024, n_words: 
     return out
 
 
+BARE_APP = """
+from fastapi import FastAPI
+
+from lnserve.app.http.schemas.encode import EncodeRequest
+
+app = FastAPI()
+VECTOR = [0.125] * {dim}
+
+
+@app.post("/encode")
+async def encode(req: EncodeRequest) -> dict:
+    n = len(req.sentences)
+    return {{"model": "bare", "dim": {dim}, "encoding": "float", "vectors": [VECTOR] * n,
+            "token_counts": [8] * n, "unk_counts": [0] * n}}
+
+
+@app.get("/ready")
+async def ready() -> dict:
+    return {{"status": "ready"}}
+"""
+
+
+class BareServer:
+    """The bare framework baseline: ``BARE_APP`` under uvicorn with uvloop and httptools, on loopback."""
+
+    def __init__(self, tmp: Path, dim: int) -> None:
+        import subprocess
+
+        from tests.e2e.server import free_port
+
+        (tmp / "bare_app.py").write_text(BARE_APP.format(dim=dim), encoding="utf-8")
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self._log = open(tmp / "bare.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "bare_app:app", "--app-dir", str(tmp), "--port", str(port),
+             "--host", "127.0.0.1", "--loop", "uvloop", "--http", "httptools", "--no-access-log",
+             "--log-level", "warning"],
+            stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the bare app did not start: " + (tmp / "bare.log").read_text())
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(30)
+        self._log.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=Path, default=None, help="Artifact directory (default: the demo model).")
@@ -337,10 +403,14 @@ def main() -> None:
             "LNSERVE_MAX_INFLIGHT": "100000",  # throughput, not admission control, is measured here
         }
         labels = {"micro-batching": {}, "batch size 1": {"LNSERVE_MAX_BATCH_SIZE": "1"}}
-        servers = {
+        servers: dict[str, Any] = {
             label: start_server(tmp, "--models", str(model), env={**env, **extra})
             for label, extra in labels.items()
         }
+        dim = int(
+            httpx.post(servers["micro-batching"].url + "/encode", json={"sentences": ["a"]}).json()["dim"]
+        )
+        servers["bare framework"] = BareServer(tmp, dim)
         base: dict[int, tuple[float, float, float]] = {}
         best: dict[tuple[str, int], tuple[float, float, float, int]] = {}
         stats: dict[int, dict[str, float]] = {c: {} for c in args.concurrency}
@@ -371,24 +441,26 @@ def main() -> None:
         rows = [(label, c, *r) for (label, c), r in best.items()]
 
     print(
-        f"model: {model.name}   cores: {os.cpu_count()}   {args.seconds:.0f} s per cell, best of "
+        f"cpu: {cpu_model()}\nmodel: {model.name}   cores: {os.cpu_count()}   {args.seconds:.0f} s per cell, "
+        f"best of "
         f"{args.rounds} interleaved rounds, 1 sentence/request\n"
     )
     print(
         "| concurrency | in-process engine sent/s (p50 ms/call) | micro-batching req/s | p50 ms | p99 ms "
         "| vs engine | mean batch | vs engine at its batches | client CPU | batch-size-1 req/s | p50 ms "
-        "| p99 ms | micro-batching gain |"
+        "| p99 ms | micro-batching gain | bare framework req/s | p50 ms | vs bare |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     by = {(label, c): (rps, p50, p99, err) for label, c, rps, p50, p99, err in rows}
     for c in args.concurrency:
         e_rps, e_p50, _ = base[c]
-        m, one = by[("micro-batching", c)], by[("batch size 1", c)]
+        m, one, bare = by[("micro-batching", c)], by[("batch size 1", c)], by[("bare framework", c)]
         print(
             f"| {c} | {e_rps:,.0f} ({e_p50:.2f}) | {m[0]:,.0f} | {m[1]:.1f} | {m[2]:.1f} "
             f"| {m[0] / e_rps:.2f} | {stats[c]['batch']:.1f} | {m[0] / base[formed[c]][0]:.2f} "
             f"| {stats[c]['client_cpu']:.2f} "
-            f"| {one[0]:,.0f} | {one[1]:.1f} | {one[2]:.1f} | {m[0] / one[0]:.2f}x |"
+            f"| {one[0]:,.0f} | {one[1]:.1f} | {one[2]:.1f} | {m[0] / one[0]:.2f}x "
+            f"| {bare[0]:,.0f} | {bare[1]:.1f} | {m[0] / bare[0]:.2f} |"
         )
     if 1 in args.concurrency:
         idle, engine_p50 = by[("micro-batching", 1)][1], base[1][1]

@@ -5,7 +5,9 @@ plain pass over the gallery (``numpy.sum``: the memory-bandwidth baseline), then
 query and of a batch of 32, the peak extra memory of a search, and the ratios the targets are set on:
 one query <= 2 x the sum pass, a batch of 32 <= 4 x one query, the numpy fallback <= 1.5 x the numba kernel.
 
-Kernels: ``numba`` and ``numpy`` (the service's two), and the ones they replaced, kept here as baselines:
+Kernels: ``numba``, ``pruned`` and ``numpy`` (the service's three; ``pruned`` is the numba kernel plus the
+bound-pruned exact top-k of ``order_pruning``, its "visited" column the share of (query, item, 16-dim block)
+triples it read), and the ones they replaced, kept here as baselines:
 ``torch-prev`` (the torch.compile kernel, needs a C compiler) and ``numpy-prev`` (einsum per query). The
 first check asserts that the new kernels' top-10 scores are bit-identical to ``torch-prev``'s (on AVX-512
 hosts, where it used 16 lanes).
@@ -14,7 +16,13 @@ The machine may be shared: every timing is taken ``--reps`` times, the kernels i
 the table shows the best (``min``) and the median; the load average before and after is printed. With
 ``--wait-idle S`` each timing waits (up to S seconds) until the cores are >= 90% idle.
 
-    python benchmarks/retrieval.py [--sizes 100000 1000000] [--kernels numba numpy torch-prev numpy-prev]
+Galleries: the synthetic one above (``--sizes``; 100k rows by default, ``--full`` adds the issue's 1M x 1024,
+a 4 GiB array), and with ``--real N`` one of real vectors: N image embeddings of the demo model (64-d, the
+only trained order model in the repository) over its synthetic world's images, queried by caption
+embeddings (caption side), and N caption embeddings queried by image embeddings (image side).
+
+    python benchmarks/retrieval.py [--sizes 100000] [--full] [--real 200000] [--sides caption image]
+        [--kernels numba pruned numpy torch-prev numpy-prev]
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's app, not an installed one
 from lnserve.app.runtime.retrieval import Side, get_kernel, top_k
+
+Gallery = tuple[str, np.ndarray, np.ndarray, Side]  # label, items, queries, query side
 
 
 class TorchPrev:
@@ -107,6 +117,26 @@ def random_gallery(n: int, dim: int, seed: int = 0) -> np.ndarray:
     return out
 
 
+def real_galleries(n: int, batch: int) -> list[Gallery]:
+    """The demo model's embeddings of its world: images (gallery) for caption queries, captions (gallery)
+    for image queries."""
+    from lnserve.app.runtime.engine import Engine
+    from lnserve.app.training.world import World
+
+    engine = Engine.open(Path(__file__).resolve().parents[1] / "app" / "demo_model")
+    world = World()
+    gallery = world.split("bench-gallery", n)
+    probe = world.split("bench-queries", batch)
+    images = engine.encode_images(gallery.images)
+    captions = engine.encode_sentences(gallery.captions[::5][:n])  # one caption per image
+    q_captions = engine.encode_sentences(probe.captions[::5][:batch])
+    q_images = engine.encode_images(probe.images)
+    return [
+        (f"demo{images.shape[1]}", np.ascontiguousarray(images), np.ascontiguousarray(q_captions), "caption"),
+        (f"demo{images.shape[1]}", np.ascontiguousarray(captions), np.ascontiguousarray(q_images), "image"),
+    ]
+
+
 def peak_extra_mib(fn: Callable[[], object]) -> float:
     """Extra memory of one call: max of numpy's traced peak and the process RSS high-water growth."""
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -142,22 +172,27 @@ def build_kernels(names: list[str]) -> dict[str, Any]:
     return kernels
 
 
-def check_identical(kernels: dict[str, Any], gallery: np.ndarray, queries: np.ndarray) -> None:
+def check_identical(
+    kernels: dict[str, Any], gallery: np.ndarray, queries: np.ndarray, side: Side = "caption"
+) -> None:
     """Top-10 positions and scores of every kernel against torch-prev (or numba), bit for bit."""
     ref_name = "torch-prev" if "torch-prev" in kernels else "numba"
     if ref_name not in kernels:
         return
     part = gallery[:100_000]
-    ref = top_k(queries, part, 10, metric="order_violation", kernel=kernels[ref_name])
+    ref = top_k(queries, part, 10, metric="order_violation", query_side=side, kernel=kernels[ref_name])
     for name, kernel in kernels.items():
         if name in (ref_name, "numpy-prev"):
             continue
-        got = top_k(queries, part, 10, metric="order_violation", kernel=kernel)
+        got = top_k(queries, part, 10, metric="order_violation", query_side=side, kernel=kernel)
         same = all(
             np.array_equal(a, b) and np.array_equal(c, d)
             for a, b, c, d in zip(got.positions, ref.positions, got.scores, ref.scores, strict=True)
         )
-        print(f"{name}: top-10 of {len(queries)} queries x {len(part)} items identical to {ref_name}: {same}")
+        print(
+            f"{name}: top-10 of {len(queries)} {side} queries x {len(part)} items "
+            f"identical to {ref_name}: {same}"
+        )
 
 
 def alu_ceiling(dim: int, batch: int, reps: int) -> float:
@@ -219,11 +254,39 @@ def measure(
     return times
 
 
+def run_gallery(
+    kernels: dict[str, Any], gallery: Gallery, args: argparse.Namespace
+) -> tuple[Gallery, dict[tuple[str, int], Any], dict[str, float], list[str], dict[tuple[str, int], float]]:
+    """Every kernel on one gallery, interleaved with the sum pass; plus the pruned scan's visited share."""
+    _, items, queries, side = gallery
+    n = len(items)
+    active = {k: v for k, v in kernels.items() if not (k.startswith("numpy") and n > args.numpy_max)}
+    if side == "image":  # the baselines from before numba only ever ran caption queries
+        active = {k: v for k, v in active.items() if k in ("numba", "pruned", "numpy")}
+    jobs: dict[tuple[str, int], Callable[[], object]] = {("sum", 1): lambda g=items: np.sum(g)}
+    for name, kernel in active.items():
+        for nq in (1, args.batch):
+            jobs[(name, nq)] = lambda q=queries[:nq], g=items, k=kernel: top_k(
+                q, g, 10, metric="order_violation", query_side=side, kernel=k
+            )
+    times = measure(jobs, args.reps, args.wait_idle)
+    visited: dict[tuple[str, int], float] = {}
+    if "pruned" in active:
+        for nq in (1, args.batch):
+            jobs[("pruned", nq)]()
+            visited[("pruned", nq)] = active["pruned"].last_visited_fraction
+    mem = {name: peak_extra_mib(jobs[(name, args.batch)]) for name in active}
+    return gallery, times, mem, list(active), visited
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[100_000])
+    ap.add_argument("--full", action="store_true", help="also the issue's 1M x 1024 gallery (4 GiB)")
+    ap.add_argument("--real", type=int, default=0, help="also the demo model's real vectors, this many items")
+    ap.add_argument("--sides", nargs="+", default=["caption", "image"], choices=["caption", "image"])
     ap.add_argument("--dim", type=int, default=1024)
-    ap.add_argument("--kernels", nargs="+", default=["numba", "numpy", "torch-prev", "numpy-prev"])
+    ap.add_argument("--kernels", nargs="+", default=["numba", "pruned", "numpy", "torch-prev", "numpy-prev"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--numpy-max", type=int, default=200_000, help="skip numpy kernels above this size")
@@ -231,60 +294,70 @@ def main() -> None:
         "--wait-idle", type=float, default=0.0, help="shared machine: wait up to this many s for idle cores"
     )
     args = ap.parse_args()
-    print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}")
+    sizes = list(args.sizes) + ([1_000_000] if args.full and 1_000_000 not in args.sizes else [])
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        "unknown",
+    ) if Path("/proc/cpuinfo").exists() else "unknown"  # fmt: skip
+    print(f"cpu: {cpu}; load average before: {os.getloadavg()}, cores: {os.cpu_count()}")
 
     kernels = build_kernels(args.kernels)
     rows = []
-    for n in args.sizes:
-        gallery = random_gallery(n, args.dim)
+    for n in sizes:
+        items = random_gallery(n, args.dim)
         queries = random_gallery(args.batch, args.dim, seed=1)
-        if n == args.sizes[0]:
-            check_identical(kernels, gallery, queries)
-        active = {k: v for k, v in kernels.items() if not (k.startswith("numpy") and n > args.numpy_max)}
-        jobs: dict[tuple[str, int], Callable[[], object]] = {("sum", 1): lambda g=gallery: np.sum(g)}
-        for name, kernel in active.items():
-            for nq in (1, args.batch):
-                jobs[(name, nq)] = lambda q=queries[:nq], g=gallery, k=kernel: top_k(
-                    q, g, 10, metric="order_violation", kernel=k
-                )
-        times = measure(jobs, args.reps, args.wait_idle)
-        mem = {name: peak_extra_mib(jobs[(name, args.batch)]) for name in active}
-        rows.append((n, times, mem, list(active)))
-        del gallery
+        for side in args.sides:
+            if n == sizes[0]:
+                check_identical(kernels, items, queries, side)
+            rows.append(run_gallery(kernels, ("synthetic", items, queries, side), args))
+        del items
+    if args.real:
+        for gallery in real_galleries(args.real, args.batch):
+            if gallery[3] in args.sides:
+                check_identical(kernels, gallery[1], gallery[2], gallery[3])
+                rows.append(run_gallery(kernels, gallery, args))
     rate = alu_ceiling(args.dim, args.batch, args.reps) if "numba" in kernels else float("nan")
 
     b = args.batch
-    print(f"\ntop-10 order violation, dim {args.dim}, float32, batch {b}; wall: best (median) of {args.reps}")
+    print(f"\ntop-10 order violation, float32, batch {b}; wall: best (median) of {args.reps}")
     print(
-        f"{'items':>9} {'kernel':10} {'sum pass':>8} {'1 query':>15} {'1q/sum':>6} {f'{b} queries':>17} "
-        f"{f'{b}q/1q':>6} {'cpu ratio':>9} {'1q/numba':>8} {f'{b}q/numba':>9} {'peak+MiB':>8}"
+        f"{'gallery':>9} {'items':>8} {'dim':>4} {'side':7} {'kernel':10} {'sum pass':>8} {'1 query':>15} "
+        f"{'1q/sum':>6} {f'{b} queries':>17} {f'{b}q/1q':>6} {'cpu ratio':>9} {'1q/numba':>8} "
+        f"{f'{b}q/numba':>9} {'visited':>11} {'peak+MiB':>8}"
     )
-    for n, times, mem, names in rows:
+    for (label, items, _, side), times, mem, names, visited in rows:
+        n, dim = items.shape
         best = {key: min(w) for key, (w, _) in times.items()}
         med = {key: statistics.median(w) for key, (w, _) in times.items()}
-        cpu = {key: min(c) for key, (_, c) in times.items()}
+        cpu_s = {key: min(c) for key, (_, c) in times.items()}
         base = best[("sum", 1)]
         for name in names:
             one, many = best[(name, 1)], best[(name, b)]
             vs1 = one / best[("numba", 1)] if ("numba", 1) in best else float("nan")
             vsb = many / best[("numba", b)] if ("numba", b) in best else float("nan")
+            seen = f"{visited[(name, 1)]:.3f}/{visited[(name, b)]:.3f}" if (name, 1) in visited else "1"
             print(
-                f"{n:>9} {name:10} {base * 1e3:6.1f}ms {one * 1e3:6.1f} ({med[(name, 1)] * 1e3:5.0f})ms "
-                f"{one / base:5.2f}x {many * 1e3:7.1f} ({med[(name, b)] * 1e3:6.0f})ms {many / one:5.2f}x "
-                f"{cpu[(name, b)] / cpu[(name, 1)]:8.2f}x {vs1:7.2f}x {vsb:8.2f}x {mem[name]:8.1f}"
+                f"{label:>9} {n:>8} {dim:>4} {side:7} {name:10} {base * 1e3:6.1f}ms "
+                f"{one * 1e3:6.1f} ({med[(name, 1)] * 1e3:5.0f})ms {one / base:5.2f}x "
+                f"{many * 1e3:7.1f} ({med[(name, b)] * 1e3:6.0f})ms {many / one:5.2f}x "
+                f"{cpu_s[(name, b)] / cpu_s[(name, 1)]:8.2f}x {vs1:7.2f}x {vsb:8.2f}x {seen:>11} "
+                f"{mem[name]:8.1f}"
             )
     cores = os.cpu_count() or 1
     print(f"cpu ratio: process CPU seconds of {b} queries / of 1 query (all threads; robust to other load)")
+    print(f"visited: share of (query, item, 16-dim block) triples the pruned scan read, 1 query/{b} queries")
     print(f"numba in-cache rate, 1 thread: {rate / 1e9:.1f} G query-row-dims/s (the ALU ceiling)")
-    for n, times, _, names in rows:
-        if "numba" in names:
-            floor = b * n * args.dim / (rate * cores)
+    for (label, items, _, side), times, _, names, _ in rows:
+        if "numba" in names and items.shape[1] == args.dim:
+            floor = b * len(items) * args.dim / (rate * cores)
             one = min(times[("numba", 1)][0])
             print(
-                f"  {n} items: {b} queries need >= {floor * 1e3:.0f} ms on {cores} cores "
-                f"= {floor / one:.2f} x the measured 1-query time"
+                f"  {label} {len(items)} items, {side}: {b} queries need >= {floor * 1e3:.0f} ms on {cores} "
+                f"cores = {floor / one:.2f} x the measured 1-query time"
             )
     print(f"targets: 1q/sum <= 2.00x, {b}q/1q <= 4.00x, numpy {b}q/numba <= 1.50x")
+    print(f"issue 24 (pruned): 1q/sum < 1.00x, {b}q/1q <= 2.00x, ids and scores identical to the full scan")
     print(f"load average after: {os.getloadavg()}")
 
 

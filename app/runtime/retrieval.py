@@ -19,11 +19,14 @@ the order the former torch.compile kernel used on AVX-512 hosts, so scores are b
 longer depends on the CPU's vector width. It is not numpy's einsum order (``scoring.order_violation``, used
 by evaluation), which differs in the last bit for about half the pairs.
 
-Not done, measured: lower-bound pruning (score only the m dims where the query is largest, fully score only
-items whose partial score can still beat the running k-th best). On the benchmark's random non-negative unit
-vectors (dim 1024, 100k items) it pruned nothing for m <= 128; m = 384 pruned ~97% of items for caption
-queries but none for image queries, at a third of the full cost plus a column gather. It is data-dependent and
-never cheaper than the worst case here, so the scan stays exhaustive.
+Earlier, measured: lower-bound pruning on the m dims where the query is largest (then a column gather) pruned
+nothing for m <= 128 on the benchmark's random 1024-d unit vectors. ``pruned`` below prunes on the running
+k-th best instead, block by block; it stays opt-in because on such vectors it still reads 70-87% of the blocks
+at a higher cost per element than the register-blocked full scan (``benchmarks/retrieval.py``).
+
+``pruned`` (``order_pruning.py``) is the numba kernel plus a top-k that drops an item once its partial sum
+is surely above the k-th best, then scores the survivors canonically: same ids and scores, less work where
+the data lets partial sums grow fast.
 
 The service's ``scorer`` setting (``LNSERVE_SCORER``) picks one; callers that name none get ``auto``
 (numba when it imports, else numpy; ``compiled`` is an alias of ``numba``). A numba kernel that fails to
@@ -58,7 +61,7 @@ METRICS: dict[str, dict[str, str]] = {
     },
     "cosine": {"direction": "higher_is_better", "meaning": "cosine similarity (1 = identical direction)"},
 }
-SCORERS = ("auto", "numba", "numpy", "compiled")
+SCORERS = ("auto", "numba", "numpy", "compiled", "pruned")
 LANES = 16  # the fixed summation order: 16 lanes of partial sums (see numba_kernel)
 _BLOCK_FLOATS = 1 << 23  # gallery floats scored per block (32 MiB of float32) before top-k selection
 
@@ -155,6 +158,30 @@ class NumbaKernel:
         return out
 
 
+class PrunedKernel(NumbaKernel):
+    """The numba kernel plus an exact top-k that skips work (``order_pruning``): ``top_k`` hands
+    order-violation searches to ``prune_top_k``, whose ids and scores are bit-identical to the full scan's."""
+
+    name = "pruned"
+
+    def __init__(self, threads: int | None = None) -> None:
+        super().__init__(threads)
+        from lnserve.app.runtime.order_pruning import PrunedSearch
+
+        self._search = PrunedSearch(self._split.threads)
+        self._search.warm()
+
+    @property
+    def last_visited_fraction(self) -> float:
+        """Share of the last search's (query, item, 16-dim block) triples read: the work not skipped."""
+        return self._search.last_visited_fraction
+
+    def prune_top_k(
+        self, queries: np.ndarray, items: np.ndarray, k: int, query_side: Side, valid: np.ndarray | None
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        return self._search.top_k(queries, items, k, query_side == "caption", valid)
+
+
 class NumpyKernel:
     """The numba kernel's arithmetic and order with numpy ufuncs, for platforms without numba.
 
@@ -243,9 +270,9 @@ def get_kernel(name: str | None = None) -> Kernel:
         name = "numba" if importlib.util.find_spec("numba") is not None else "numpy"
     with _kernel_lock:
         if name not in _kernels:
-            if name == "numba":
+            if name in ("numba", "pruned"):
                 try:
-                    _kernels[name] = NumbaKernel()
+                    _kernels[name] = PrunedKernel() if name == "pruned" else NumbaKernel()
                 except Exception as exc:  # numba missing or broken on this platform: stay correct, slower
                     log.warning("numba scorer unavailable (%s); using numpy", exc)
                     _kernels[name] = NumpyKernel()
@@ -396,6 +423,9 @@ def top_k(
     n_items, dim = items.shape
     if metric == "order_violation":
         kernel = kernel or get_kernel()
+        if isinstance(kernel, PrunedKernel) and n_items and q.shape[0]:
+            positions, found = kernel.prune_top_k(q, items, k, query_side, valid)
+            return TopK(positions, found, metric)
     rows = block_rows or max(256, _BLOCK_FLOATS // max(dim, 1))  # memory: the block plus Q x rows scores
     sign = np.float32(-1.0 if METRICS[metric]["direction"] == "higher_is_better" else 1.0)
     best_keys = np.full((q.shape[0], 0), np.inf, dtype=np.float32)
