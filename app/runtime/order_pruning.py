@@ -241,7 +241,15 @@ class PrunedSearch:
         if len(sampled) >= k:  # the k-th best of a subset bounds the gallery's k-th best from above
             scores = np.empty((n_queries, len(sampled)), dtype=np.float32)
             part = np.ascontiguousarray(sample[sampled])
-            numba_kernel.scan(q, part, scores, 0, len(sampled), numba_kernel.tile_rows(dim), caption)
+            numba_kernel.scan(
+                q,
+                part,
+                scores,
+                0,
+                len(sampled),
+                numba_kernel.tile_rows(dim),
+                numba_kernel.CAPTION if caption else numba_kernel.IMAGE,
+            )
             for qi in range(n_queries):
                 finite = scores[qi][np.isfinite(scores[qi])]
                 if len(finite) >= k:
