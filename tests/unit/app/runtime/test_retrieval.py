@@ -186,6 +186,7 @@ def test_scorer_names() -> None:
 def _former_compiled_kernel() -> Callable[[np.ndarray, np.ndarray, str], np.ndarray]:
     """The torch.compile kernel this module used before numba, as it was written."""
     import torch
+    from torch._inductor import config as inductor_config
 
     def caption_side(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return (q[None, :, :] - v[:, None, :]).clamp_min(0).square().sum(-1)
@@ -199,7 +200,9 @@ def _former_compiled_kernel() -> Callable[[np.ndarray, np.ndarray, str], np.ndar
     }
 
     def order_violation(queries: np.ndarray, items: np.ndarray, side: str) -> np.ndarray:
-        with torch.no_grad():
+        # compiled in this process: inductor's worker pool leaves a socket for the garbage collector, whose
+        # ResourceWarning then fails whichever test happens to run when it is collected
+        with torch.no_grad(), inductor_config.patch(compile_threads=1):
             return fns[side](torch.from_numpy(queries), torch.from_numpy(items)).numpy().T
 
     return order_violation
