@@ -57,12 +57,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from lnserve.app.galleries.errors import GalleryError
-from lnserve.app.runtime.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 from lnserve.app.serving.batcher import BatchError, ModelUnavailableError, QueueFullError, ShuttingDownError
-from lnserve.app.serving.errors import ModelLoadError, UnauthorizedError
-from lnserve.app.settings import InvalidSettingError
-from lnserve.errors import LnserveError, StorageFullError, UserInputError
+from lnserve.app.serving.errors import UnauthorizedError
+from lnserve.errors import LnserveError, UserInputError
 
 log = logging.getLogger("lnserve.errors")
 
@@ -165,54 +162,25 @@ HTTP_STATUS_CODES: dict[int, str] = {
     413: "request_too_large",
     415: "unsupported_media_type",
 }
-ROUTING_STATUSES = (404, 405)  # what Starlette's router answers by itself (unknown path, wrong method)
-# raised by lower layers: the engine, and the gallery store when a write runs out of space
-_ENGINE_ERRORS: tuple[type[LnserveError], ...] = (UserInputError, EncodeInputError, StorageFullError)
-# GalleryError is a base (only its subclasses are raised); a bad setting or a model that cannot load stops the
-# start (CLI exit 2), never answers a request (nor does a strict provider or a bad ONNX graph: they fail the
-# load). Ray's replica_unavailable / shard_unavailable: see Scaling out.
-_NEVER_RAISED: tuple[type[LnserveError], ...] = (
-    GalleryError,
-    InvalidSettingError,
-    ModelLoadError,
-    ProviderUnavailableError,
-    OnnxModelError,
+# codes of ``HTTP_STATUSES`` that no request is answered with: GalleryError is a base (only its subclasses are
+# raised); a strict provider fails the load; nothing raises Starlette's 403 / 415; Ray's shard_unavailable and
+# the CLI-only cluster_lost: see Scaling out
+NOT_ANSWERED = frozenset(
+    {
+        "gallery_error",
+        "provider_unavailable",
+        "forbidden",
+        "unsupported_media_type",
+        "shard_unavailable",
+        "cluster_lost",
+    }
 )
 
 
-# modules whose errors never answer a request: CLI-only producers, start-up (bind), Ray (see Scaling out)
-_NOT_SERVING = ("lnserve.app.pull", "lnserve.app.training", "lnserve.app.http.server", "lnserve.app.scale")
-
-
-def _service_error_classes() -> set[type[LnserveError]]:
-    """The LnserveError classes the service's own modules define (not those of ``_NOT_SERVING``), plus the
-    engine's input errors. Classes are found as loaded: the app factory has imported every route by then."""
-    found: set[type[LnserveError]] = set()
-    todo: list[type[LnserveError]] = [LnserveError]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            todo.append(sub)
-            mod = sub.__module__
-            if mod.startswith("lnserve.app.") and not mod.startswith(_NOT_SERVING):
-                found.add(sub)
-    return (found | set(_ENGINE_ERRORS)) - set(_NEVER_RAISED)
-
-
 def http_error_codes() -> dict[str, int]:
-    """Every ``error.code`` the service can answer with, and its HTTP status.
-
-    Raises:
-        ValueError: one code would be sent with two statuses (codes must be stable).
-    """
-    pairs = [(cls.code, _status_of(cls)) for cls in _service_error_classes()]
-    pairs += [(code, status) for status, code in ERROR_TABLE.values()]
-    pairs += [(HTTP_STATUS_CODES[s], s) for s in ROUTING_STATUSES]
-    pairs.append(("internal_error", 500))
-    table: dict[str, int] = {}
-    for code, status in sorted(pairs):
-        if table.setdefault(code, status) != status:
-            raise ValueError(f"error code {code!r} has two HTTP statuses: {table[code]} and {status}")
-    return table
+    """Every ``error.code`` the service can answer with, and its HTTP status: ``HTTP_STATUSES`` less
+    ``NOT_ANSWERED`` (the docs' errors table is tested against it)."""
+    return {code: status for code, status in sorted(HTTP_STATUSES.items()) if code not in NOT_ANSWERED}
 
 
 def error_response(

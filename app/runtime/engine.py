@@ -185,11 +185,16 @@ class Engine:
         batch_size: int = 128,
         progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
-        """Vectors only: ``encode`` without its counts, which eval and gallery adds never read."""
-        eos = self.defaults["eos"] if eos is None else eos
-        normalize = self.defaults["normalize"] if normalize is None else normalize
-        seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=eos)
-        return self.encode_ids(seqs, normalize=normalize, batch_size=batch_size, progress=progress)
+        """Vectors only, for eval and gallery adds, which never read ``encode``'s counts (cheap next to the
+        encoding, so there is one path from sentences to vectors)."""
+        return self.encode(
+            sentences,
+            pretokenized=pretokenized,
+            eos=eos,
+            normalize=normalize,
+            batch_size=batch_size,
+            progress=progress,
+        ).vectors
 
     def encode(
         self,

@@ -12,20 +12,18 @@ from lnserve.app.galleries.layout import GalleryInfo, same_model
 
 if TYPE_CHECKING:
     from lnserve.app.galleries.store import GalleryStore
-    from lnserve.app.http.schemas.retrieval import (
-        IdQuery,
-    )
     from lnserve.app.runtime.model_ref import ModelRef
 
 
 def _stored_vectors(
-    store: GalleryStore, info: GalleryInfo, queries: list[IdQuery]
+    store: GalleryStore, info: GalleryInfo, items: list[tuple[str | None, str]]
 ) -> list[tuple[np.ndarray, str]]:
-    """Worker thread: each id query's stored vector and its kind; the source must share the model."""
+    """Worker thread: each (gallery, item id) query's stored vector and its kind; gallery None is the
+    searched one; the source must share the model."""
     sources: dict[str, GalleryInfo] = {info.name: info}
     out = []
-    for q in queries:
-        source = q.gallery or info.name
+    for gallery, item_id in items:
+        source = gallery or info.name
         if source not in sources:
             sources[source] = store.get(source)
             if not same_model(sources[source], info):
@@ -33,7 +31,7 @@ def _stored_vectors(
                     f"gallery {source!r} (model {sources[source].model!r}) and gallery {info.name!r} "
                     f"(model {info.model!r}) were embedded by different models"
                 )
-        item = store.get_item(source, q.id, with_vector=True)
+        item = store.get_item(source, item_id, with_vector=True)
         out.append((item["vector"], sources[source].kind))
     return out
 

@@ -187,6 +187,10 @@ def test_serving_imports_no_http_layer() -> None:
     loaded = _loaded_after_import("lnserve.app.serving", whole_package=True)
     assert _offenders(loaded, (*HTTP, "lnserve.app.http")) == []
     assert _offenders(loaded, PRODUCERS) == []
+    # type-only imports too: the serving code has no HTTP types, not even under TYPE_CHECKING
+    serving = Path(lnserve.app.__file__).parent / "serving"
+    mentions = [p.name for p in serving.rglob("*.py") if "lnserve.app.http" in p.read_text(encoding="utf-8")]
+    assert mentions == []
 
 
 def test_the_root_error_tree_imports_nothing_of_lnserve() -> None:

@@ -53,3 +53,13 @@ def test_the_scoring_method_names_are_listed_once() -> None:
     }
     listed = sorted(p for p, text in sources.items() if re.search(r'\(\s*"order",\s*"cosine"\s*\)', text))
     assert [Path(p).name for p in listed] == ["methods.py"]
+
+
+def test_sentences_reach_vectors_by_one_path() -> None:
+    """``Engine.encode_sentences`` is ``encode`` less its counts, not a second copy of its steps."""
+    engine = _sources()["runtime/engine.py"]
+    assert len(re.findall(r"self\.token_ids\(sentences", engine)) == 1
+
+
+def test_the_graph_cells_share_one_norm() -> None:
+    assert _where(r"def norm\(self, g: GraphBuilder") == ["runtime/onnx_graph/norms.py"]

@@ -85,7 +85,7 @@ async def _query_vectors(
         text_vecs, image_vecs = await encode_inputs(
             request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
         )
-    id_queries = [q for q in queries if isinstance(q, IdQuery)]
+    id_queries = [(q.gallery, q.id) for q in queries if isinstance(q, IdQuery)]
     stored = await run_in_threadpool(_stored_vectors, store, info, id_queries) if id_queries else []
     it_text = iter(text_vecs if text_vecs is not None else [])
     it_image = iter(image_vecs if image_vecs is not None else [])

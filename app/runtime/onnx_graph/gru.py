@@ -15,7 +15,7 @@ import numpy as np
 from onnx import TensorProto
 
 from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, f32, need, split_equal
-from lnserve.app.runtime.onnx_graph.norms import Norm, NormArrays, add_norm, cell_norm, read_norms
+from lnserve.app.runtime.onnx_graph.norms import Norm, NormArrays, NormedCell, add_norm, read_norms
 
 GRU_NORMS = ("norm_ih_ru", "norm_ih_c", "norm_hh_ru", "norm_hh_c")  # norm1 .. norm4 of spec §4.2
 
@@ -63,7 +63,7 @@ class GruNorms:
     hh_c: Norm  # norm4
 
 
-class GruCell:
+class GruCell(NormedCell):
     """A GRU-family cell as initializers plus two graph pieces: ``hoisted_inputs`` and ``step``."""
 
     n_states = 1  # h
@@ -85,10 +85,6 @@ class GruCell:
                 hh_ru=add_norm(g, "s_hh_ru", s3),
                 hh_c=add_norm(g, "s_hh_c", s4, "b_hh_c", b4),
             )
-
-    def norm(self, g: GraphBuilder, z: str, norm: Norm) -> str:
-        """The cell's norm (a method, so that benchmarks/graph_variants.py can swap it)."""
-        return cell_norm(g, z, norm, cell=self.cell, opset=self.opset)
 
     def hoisted_inputs(self, g: GraphBuilder, x: str) -> list[str]:
         """A = norm1(x W + b) + b3 (T, B, 2d) and C = norm2(x Wx + bx) (T, B, d), for all tokens at once."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, f32, need
-from lnserve.app.runtime.onnx_graph.norms import Norm, NormArrays, add_norm, cell_norm, read_norms
+from lnserve.app.runtime.onnx_graph.norms import Norm, NormArrays, NormedCell, add_norm, read_norms
 
 LSTM_NORMS = ("norm_ih", "norm_hh", "norm_cell")  # norm1 .. norm3 of spec §4.5
 
@@ -49,7 +49,7 @@ class LstmNorms:
     cell: Norm  # norm3, on the cell state
 
 
-class LstmCell:
+class LstmCell(NormedCell):
     """An LSTM-family cell as initializers plus two graph pieces: ``hoisted_inputs`` and ``step``."""
 
     n_states = 2  # h, c (the carried c is the one before norm3)
@@ -73,10 +73,6 @@ class LstmCell:
             hidden=add_norm(g, "s_hh", s2),
             cell=add_norm(g, "s_cell", s3, "b_cell", b3),
         )
-
-    def norm(self, g: GraphBuilder, z: str, norm: Norm) -> str:
-        """The cell's norm (a method, so that benchmarks/graph_variants.py can swap it)."""
-        return cell_norm(g, z, norm, cell=self.cell, opset=self.opset)
 
     def hoisted_inputs(self, g: GraphBuilder, x: str) -> list[str]:
         """P = x W + b, then + b again (lstm) or norm1 with b1 + b2 + b as its bias: (T, B, 4d)."""

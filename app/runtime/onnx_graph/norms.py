@@ -72,3 +72,14 @@ def cell_norm(g: GraphBuilder, z: str, norm: Norm, *, cell: str, opset: int) -> 
         return layer_norm(g, z, norm)
     y = rms_norm(g, z, norm.gain, opset)
     return y if norm.bias is None else g.op("Add", [y, norm.bias])
+
+
+class NormedCell:
+    """The one ``norm`` of the GRU and LSTM graph cells: ``cell_norm`` for their cell type. A method, not a
+    call to ``cell_norm``, because benchmarks/graph_variants.py overrides it to try other norm graphs."""
+
+    cell: str
+    opset: int
+
+    def norm(self, g: GraphBuilder, z: str, norm: Norm) -> str:
+        return cell_norm(g, z, norm, cell=self.cell, opset=self.opset)

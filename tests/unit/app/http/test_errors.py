@@ -9,7 +9,14 @@ import lnserve.app.galleries.errors  # loaded so the gallery errors are checked 
 import lnserve.app.http.errors
 import lnserve.app.pull.errors  # loaded so its error classes are checked too
 import lnserve.app.serving.batcher
-from lnserve.app.http.errors import ERROR_TABLE, HTTP_STATUSES, error_response, http_status
+from lnserve.app.http.errors import (
+    ERROR_TABLE,
+    HTTP_STATUSES,
+    NOT_ANSWERED,
+    error_response,
+    http_error_codes,
+    http_status,
+)
 from lnserve.app.runtime.errors import ProviderUnavailableError
 from lnserve.converters.errors import UnsafePickleError
 from lnserve.errors import LnserveError, UserInputError
@@ -83,3 +90,19 @@ def test_runtime_errors_live_in_the_runtime() -> None:
     for name in ("EncodeInputError", "ProviderUnavailableError", "OnnxModelError"):
         assert not hasattr(lnserve.converters.errors, name), name
         assert getattr(lnserve.app.runtime.errors, name).__module__ == "lnserve.app.runtime.errors"
+
+
+def test_the_status_table_is_the_list_of_answered_codes() -> None:
+    """``HTTP_STATUSES`` is the one list: every error class of the service's modules has its row there (so
+    the docs' errors table, read from ``http_error_codes()``, cannot miss
+    it); answered codes are its rows."""
+    import lnserve.app.http.server  # noqa: F401  # its bind errors stop the start: they answer no request
+
+    service = ("lnserve.app.serving", "lnserve.app.galleries", "lnserve.app.http", "lnserve.app.runtime")
+    start_up_only = {"model_load_failed", "onnx_model_invalid", "address_in_use", "bind_failed"}
+    for cls in _subclasses(LnserveError):
+        if cls.__module__.startswith(service) and cls.code not in start_up_only:
+            assert cls.code in HTTP_STATUSES, f"{cls.__name__} ({cls.code}): no row in HTTP_STATUSES"
+    answered = http_error_codes()
+    assert set(answered) == set(HTTP_STATUSES) - NOT_ANSWERED
+    assert all(HTTP_STATUSES[code] == status for code, status in answered.items())
