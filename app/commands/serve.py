@@ -82,7 +82,7 @@ def serve(
     settings = load_settings(overrides)  # a bad value: one line naming the setting, exit 2
     configure_logging(settings.log_level)
     settings = demo_if_empty(settings)  # an empty /models volume: the demo, with a warning
-    resolve_model_dirs(settings)  # a bad directory or name fails here, as a one-line CLI error
+    model_dirs = resolve_model_dirs(settings)  # a bad directory or name fails here, as a one-line CLI error
     ray_flags = (replicas, min_replicas, max_replicas, address)
     if not ray and (any(f is not None for f in ray_flags) or shards != 1):
         raise UserInputError("--replicas, --min-replicas, --max-replicas, --shards and --address need --ray")
@@ -91,7 +91,7 @@ def serve(
             settings, replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus
         )
         return
-    serve_app(settings)  # a bad model directory or a taken port fails first, as a one-line CLI error
+    serve_app(settings, model_dirs)  # a damaged model file or a taken port fails first: one CLI line
 
 
 def _serve_on_ray(settings: Settings, *flags: Any) -> None:

@@ -33,7 +33,7 @@ from lnserve.app.http.routes import ROUTER_MODULES
 from lnserve.app.http.schemas import ErrorBody
 from lnserve.app.serving.errors import ModelLoadError
 from lnserve.app.serving.galleries import warm_scorer
-from lnserve.app.serving.registry import ModelRegistry
+from lnserve.app.serving.registry import ModelDirs, ModelRegistry
 from lnserve.app.settings import Settings
 from lnserve.errors import LnserveError
 
@@ -124,8 +124,9 @@ def _log_quarantined(galleries: list[GalleryEntry]) -> None:
             log.error("gallery %s is corrupt and quarantined (503 gallery_corrupt): %s", g.name, g.reason)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app; with no settings, read them from ``LNSERVE_*`` environment variables."""
+def create_app(settings: Settings | None = None, *, model_dirs: ModelDirs | None = None) -> FastAPI:
+    """Build the app; with no settings, read them from ``LNSERVE_*`` environment variables. ``model_dirs``:
+    the models already resolved (``lnserve serve``), so start-up reads the directories once."""
     settings = settings or Settings()
     # /docs and /redoc load Swagger UI / ReDoc from assets shipped in the fastapi-offline wheel (served
     # under /static-offline-docs), not from a CDN: an offline or air-gapped host still gets its docs
@@ -145,7 +146,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.lifecycle = lifecycle = Lifecycle()
     app.state.body_parser = BodyParser()
     app.state.metrics = metrics = Metrics()
-    app.state.registry = ModelRegistry(settings, observer=metrics, in_flight=lambda: lifecycle.inflight)
+    app.state.registry = ModelRegistry(
+        settings, observer=metrics, in_flight=lambda: lifecycle.inflight, model_dirs=model_dirs
+    )
     app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     install_error_handlers(app)
     probes: set[str] = set()  # the public routes: never refused by the middleware nor counted in flight

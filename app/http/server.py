@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from lnserve.app.connection_deadlines import deadline_protocol
 from lnserve.app.http.lifecycle import Lifecycle
 from lnserve.app.http.main import create_app
-from lnserve.app.serving.registry import resolve_model_dirs
+from lnserve.app.serving.registry import ModelDirs, resolve_model_dirs
 from lnserve.app.settings import Settings
 from lnserve.converters.artifact import read_artifact
 from lnserve.errors import UserInputError
@@ -48,14 +48,15 @@ class BindError(UserInputError):
     code = "bind_failed"
 
 
-def check_models(settings: Settings) -> None:
-    """Read every configured model directory and check its files against its manifest.
+def check_models(settings: Settings, model_dirs: ModelDirs | None = None) -> None:
+    """Read every configured model directory (``model_dirs`` where already resolved) and check its files
+    against its manifest.
 
     Raises:
         ArtifactError: a directory is not an artifact, or a file is missing, truncated or modified.
         UserInputError: two models share a name, or the default model is not among them.
     """
-    for _, path, _ in resolve_model_dirs(settings):
+    for _, path, _ in model_dirs if model_dirs is not None else resolve_model_dirs(settings):
         read_artifact(path)
 
 
@@ -117,16 +118,19 @@ class LnserveServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def serve_app(settings: Settings) -> None:
-    """Check the models, bind the port, serve until SIGTERM / SIGINT.
+def serve_app(settings: Settings, model_dirs: ModelDirs | None = None) -> None:
+    """Check the models, bind the port, serve until SIGTERM / SIGINT. ``model_dirs``: the models as
+    ``resolve_model_dirs`` found them, when the caller already resolved them (else resolved here, once).
 
     Raises:
         LnserveError: a model or the address is unusable (before serving), or a model failed to load
             while the server started (after stopping it).
     """
-    check_models(settings)
+    if model_dirs is None:
+        model_dirs = resolve_model_dirs(settings)
+    check_models(settings, model_dirs)
     sock = bind_socket(settings.host, settings.port)
-    app: FastAPI = create_app(settings)
+    app: FastAPI = create_app(settings, model_dirs=model_dirs)
     http, loop = fast_paths()
     protocol = (
         deadline_protocol(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s)

@@ -70,7 +70,10 @@ def public_reason(text: str, directory: Path) -> str:
     return _ABSOLUTE_PATH.sub(lambda m: m.group(1) or "<path>", text)
 
 
-def resolve_model_dirs(settings: Settings) -> list[tuple[str, Path, dict[str, Any]]]:
+ModelDirs = list[tuple[str, Path, dict[str, Any]]]  # (name, directory, manifest) per model
+
+
+def resolve_model_dirs(settings: Settings) -> ModelDirs:
     """(name, directory, manifest) per configured model; the demo model when none is configured.
 
     Raises:
@@ -385,9 +388,13 @@ class ModelRegistry:
         *,
         observer: BatchObserver | None = None,
         in_flight: Callable[[], int] | None = None,
+        model_dirs: ModelDirs | None = None,
     ) -> None:
         """``in_flight``: requests the server has admitted and not yet answered (the batchers' hint that
-        company is coming; see ``inflight_wait_ms``)."""
+        company is coming; see ``inflight_wait_ms``). ``model_dirs``: ``resolve_model_dirs(settings)``
+        when the caller already has it (``lnserve serve`` resolves once, before binding), else ``open``
+        resolves them."""
+        self._model_dirs = model_dirs
         self.settings, self.observer, self.in_flight = settings, observer, in_flight
         self.entries: dict[str, ModelEntry] = {}
         self.default_name: str | None = None
@@ -429,7 +436,9 @@ class ModelRegistry:
     async def open(self) -> None:
         """Resolve the model directories and read their manifests (fast; errors stop startup)."""
         s = self.settings
-        resolved = await asyncio.to_thread(resolve_model_dirs, s)
+        resolved = self._model_dirs
+        if resolved is None:
+            resolved = await asyncio.to_thread(resolve_model_dirs, s)
         limits = BatchLimits(
             max_batch_size=s.max_batch_size,
             max_batch_tokens=s.max_batch_tokens,
