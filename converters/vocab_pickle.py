@@ -35,7 +35,8 @@ def read_word_dictionary(path: Path) -> WordDictionary:
     require_file(path)
     source = str(path)
     with path.open("rb") as f:
-        worddict = py2_strings(safe_load(f, source=f"{source} (first pickle, worddict)"))
+        raw = safe_load(f, source=f"{source} (first pickle, worddict)")
+        worddict = py2_strings(raw)
         where = f.tell()
         if not f.read(1):
             raise CorruptFileError(
@@ -49,6 +50,8 @@ def read_word_dictionary(path: Path) -> WordDictionary:
             )
     if not isinstance(worddict, dict):
         raise CorruptFileError(f"{path}: the first pickle is a {type(worddict).__name__}, not the worddict")
+    if len(worddict) != len(raw):  # py2_strings rebuilt it: keys equal once decoded merged into one
+        raise CorruptFileError(f"{path}: two worddict keys are the same word once decoded as UTF-8")
     if not isinstance(wordcount, dict):
         raise CorruptFileError(f"{path}: the second pickle is a {type(wordcount).__name__}, not wordcount")
     words: list[str] = []
@@ -61,8 +64,6 @@ def read_word_dictionary(path: Path) -> WordDictionary:
                 f"numbers its words 2, 3, ... in order (expected {expected})"
             )
         words.append(word)
-    if len(set(words)) != len(words):
-        raise CorruptFileError(f"{path}: two worddict keys are the same word once decoded as UTF-8")
     return WordDictionary(words, len(wordcount))
 
 

@@ -15,8 +15,8 @@ LnserveError
 │   ├── ReloadDisabledError    (reload_disabled, 403)     reload with no API key set (and no opt-in)
 │   ├── InvalidSettingError    (invalid_setting)          serve: a configuration mistake (app.settings)
 │   ├── ModelLoadError         (model_load_failed)        serve: a model cannot load at startup (exit 2)
-│   ├── AddressInUseError      (address_in_use)           serve: the port is taken (exit 2; app.server)
-│   ├── BindError              (bind_failed)              serve: the address cannot be bound (app.server)
+│   ├── AddressInUseError      (address_in_use)           serve: the port is taken (exit 2; app.http.server)
+│   ├── BindError              (bind_failed)              serve: the address cannot be bound (app.http.server)
 │   └── GalleryError           (gallery_error, 422)       app.galleries.errors: /galleries, /retrieve
 │       ├── GalleryNotFoundError  (gallery_not_found, 404) no gallery of that name
 │       ├── GalleryExistsError    (gallery_exists, 409)    create with a taken name
@@ -26,18 +26,18 @@ LnserveError
 │       └── GalleryInputError     (invalid_input, 422)     bad name, vector shape, k, payload
 │           └── InvalidItemIdError (invalid_item_id, 422) an item id no URL path segment can address
 ├── GalleryCorruptError        (gallery_corrupt, 503)     gallery files damaged: that gallery is quarantined
-├── StorageFullError           (storage_full, 507)        a write ran out of disk space (converters.storage)
+├── StorageFullError           (storage_full, 507)        a write ran out of disk space (lnserve.storage)
 ├── NotReadyError              (not_ready, 503)           models still loading / warming up
 ├── QueueFullError             (queue_full, 429)          the model's queue is full; has Retry-After
 ├── OverloadedError            (overloaded, 429)          max_inflight requests in flight; has Retry-After
-├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.batcher)
-├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.batcher)
+├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.serving.batcher)
+├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.serving.batcher)
 ├── ShardUnavailableError      (shard_unavailable, 503)   a Ray gallery shard did not answer (app.scale)
 ├── ClusterLostError           (cluster_lost)             serve --ray: the cluster went away (CLI, exit 1)
-├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline: dropped (app.batcher)
-├── ReloadFailedError          (reload_failed, 422)       the new version failed to load (app.registry)
+├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline: dropped (app.serving.batcher)
+├── ReloadFailedError          (reload_failed, 422)       the new version failed to load (app.serving.registry)
 ├── ModelRenamedError          (model_renamed, 409)       the new version's manifest renames the model
-├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.batcher)
+├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.serving.batcher)
 ├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
 
@@ -131,6 +131,7 @@ HTTP_STATUSES: dict[str, int] = {
     "gallery_corrupt": 503,
     "storage_full": 507,
     "shard_unavailable": 503,
+    "replica_unavailable": 503,  # serve --ray: its proxy rewrites a dead replica's 5xx (app.scale.proxy)
     "cluster_lost": 503,  # serve --ray's driver, on the CLI only (app.scale.watch)
     "provider_unavailable": 503,
     "deadline_exceeded": 504,
@@ -164,6 +165,7 @@ HTTP_STATUS_CODES: dict[int, str] = {
 }
 # codes of ``HTTP_STATUSES`` that no request is answered with: GalleryError is a base (only its subclasses are
 # raised); a strict provider fails the load; nothing raises Starlette's 403 / 415; Ray's shard_unavailable and
+# replica_unavailable (answered only under serve --ray) and
 # the CLI-only cluster_lost: see Scaling out
 NOT_ANSWERED = frozenset(
     {
@@ -172,6 +174,7 @@ NOT_ANSWERED = frozenset(
         "forbidden",
         "unsupported_media_type",
         "shard_unavailable",
+        "replica_unavailable",
         "cluster_lost",
     }
 )

@@ -130,6 +130,17 @@ def serve_app(settings: Settings, model_dirs: ModelDirs | None = None) -> None:
         model_dirs = resolve_model_dirs(settings)
     check_models(settings, model_dirs)
     sock = bind_socket(settings.host, settings.port)
+    try:  # the port is ours from here on: closed whatever fails
+        lifecycle = _serve_on(sock, settings, model_dirs)
+    finally:
+        sock.close()
+    if lifecycle.fatal is not None:
+        raise lifecycle.fatal
+
+
+def _serve_on(sock: socket.socket, settings: Settings, model_dirs: ModelDirs) -> Lifecycle:
+    """Build the app and serve it on ``sock`` until the server stops; returns its lifecycle (``fatal`` is set
+    when a model failed while starting)."""
     app: FastAPI = create_app(settings, model_dirs=model_dirs)
     http, loop = fast_paths()
     protocol = (
@@ -149,9 +160,5 @@ def serve_app(settings: Settings, model_dirs: ModelDirs | None = None) -> None:
     lifecycle: Lifecycle = app.state.lifecycle
     server = LnserveServer(config, lifecycle, settings.drain_timeout_s)
     log.info("listening on http://%s:%d (http %s, loop %s)", settings.host, sock.getsockname()[1], http, loop)
-    try:
-        server.run(sockets=[sock])
-    finally:
-        sock.close()
-    if lifecycle.fatal is not None:
-        raise lifecycle.fatal
+    server.run(sockets=[sock])
+    return lifecycle

@@ -1,4 +1,4 @@
-"""Errors the runtime raises while loading or running an exported model (codes only; ``app.errors`` maps
+"""Errors the runtime raises while loading or running an exported model (codes only; ``app.http.errors`` maps
 them to HTTP statuses, the CLI exits with ``exit_code``).
 
 LnserveError

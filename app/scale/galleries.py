@@ -11,7 +11,7 @@ cleaned and every gallery is verified on every shard; a gallery whose part on an
 quarantined as a whole (listed as a ``CorruptGallery`` with that shard's reason, 503 ``gallery_corrupt`` on
 every use: ``shards.raise_first``).
 
-Errors are the store's own (raised by the shards); the engine adds one (see ``app.errors`` for the tree):
+Errors are the store's own (raised by the shards); the engine adds one (see ``app.http.errors`` for the tree):
 
 └── ShardUnavailableError  (shard_unavailable)  a shard did not answer (restarting, node lost)
 """

@@ -24,12 +24,14 @@ from lnserve.converters.artifact import MANIFEST, read_artifact
 def ship(
     model: Path, world: Path, eval_json: Path, *, out: Path = DEMO_DIR, size: int = GALLERY_SIZE
 ) -> None:
-    """Replace ``out`` with the artifact ``model``, the first ``size`` test images of ``world`` with their
-    scene payloads, and the ``lnserve eval`` result."""
+    """Replace the data in ``out`` with the artifact ``model``, the first ``size`` test images of ``world``
+    with their scene payloads, and the ``lnserve eval`` result. ``out``'s Python modules (the package
+    ``lnserve.app.demo_model`` and its accessors) stay: only data files are replaced."""
     artifact = read_artifact(model)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():
+        if old.suffix != ".py" and old.name != "__pycache__":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
     for name in [MANIFEST, *artifact.manifest["files"]]:
         shutil.copy2(model / name, out / name)
     images = np.load(world / "test_ims.npy", allow_pickle=False)[:size]

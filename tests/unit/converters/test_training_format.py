@@ -93,3 +93,16 @@ def test_expansion_plan_keeps_the_first_of_duplicated_words_and_skips_phrases(tm
     assert plan.predict.tolist() == [True, False, False, True, False, False, True]
     assert plan.fit_rows.tolist() == [2, 3]
     assert np.array_equal(plan.fit_vectors, vectors[[2, 1]])
+
+
+def test_two_keys_that_decode_to_one_word_are_refused(tmp_path: Path) -> None:
+    """Python 2 byte-string keys are recovered as UTF-8 text: b'caf\\xc3\\xa9' and u'caf\\xe9' become one word,
+    which would give one word two rows; the dictionary is refused, naming why."""
+    from lnserve.converters.errors import CorruptFileError
+
+    path = tmp_path / "dict.pkl"
+    # protocol 0 as cPickle writes an OrderedDict: a byte-string key (latin-1 text here) and a unicode key
+    worddict = collections.OrderedDict([("caf\xc3\xa9", 2), ("café", 3)])
+    path.write_bytes(pickle.dumps(worddict, protocol=0) + pickle.dumps({}, protocol=0))
+    with pytest.raises(CorruptFileError, match="same word once decoded"):
+        read_word_dictionary(path)

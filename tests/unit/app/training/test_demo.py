@@ -62,3 +62,25 @@ def test_world_is_deterministic(tmp_path: Path) -> None:
     split = World().split("dev", 4)
     assert split.images.shape == (4, 120) and len(split.captions) == 20
     np.testing.assert_allclose(np.linalg.norm(split.images, axis=1), 1.0, rtol=1e-6)
+
+
+def test_shipping_replaces_the_data_and_keeps_the_package(tmp_path: Path) -> None:
+    """``make demo-model`` ships into app/demo_model/, which is also a package (its accessors): shipping must
+    replace the data files and leave the modules."""
+    from lnserve.app.training.demo import ship
+
+    out = tmp_path / "demo_model"
+    out.mkdir()
+    (out / "__init__.py").write_text('"""package"""\n', encoding="utf-8")
+    (out / "data.py").write_text("X = 1\n", encoding="utf-8")
+    (out / "stale.json").write_text("{}", encoding="utf-8")
+    world = tmp_path / "world"
+    world.mkdir()
+    np.save(world / "test_ims.npy", np.load(DEMO_DIR / "gallery_images.npy")[:3])
+    scenes = (DEMO_DIR / "gallery_payloads.jsonl").read_text(encoding="utf-8").splitlines()[:3]
+    (world / "test_scenes.jsonl").write_text("\n".join(scenes) + "\n", encoding="utf-8")
+    ship(DEMO_DIR, world, DEMO_DIR / EVAL_JSON, out=out, size=3)
+    assert (out / "__init__.py").read_text(encoding="utf-8") == '"""package"""\n'
+    assert (out / "data.py").is_file() and not (out / "stale.json").exists()
+    assert np.load(out / "gallery_images.npy").shape[0] == 3
+    assert json.loads((out / "manifest.json").read_text(encoding="utf-8"))["name"] == DEMO_NAME
