@@ -1,5 +1,6 @@
 """The lnserve exception tree. Every error carries a stable snake_case ``code`` used by HTTP and the CLI, and
-the CLI's ``exit_code``; the HTTP status of each code is the app's business (one table in ``app.http.errors``).
+the CLI's ``exit_code``; the HTTP status of each code is the app's business (one table in
+``app.http.errors``).
 
 LnserveError                       (internal_error)    unexpected failure: CLI exit 1
 ├── StorageFullError               (storage_full)      the disk, a quota or the file-size limit is full

@@ -1,4 +1,5 @@
-"""Gallery errors, all under the lnserve root: codes only (CLI exit 2; ``app.http.errors`` maps codes to HTTP).
+"""Gallery errors, all under the lnserve root: codes only (CLI exit 2; ``app.http.errors`` maps codes to
+HTTP).
 
 UserInputError
 └── GalleryError            (gallery_error)

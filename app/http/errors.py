@@ -31,13 +31,13 @@ LnserveError
 ├── QueueFullError             (queue_full, 429)          the model's queue is full; has Retry-After
 ├── OverloadedError            (overloaded, 429)          max_inflight requests in flight; has Retry-After
 ├── ShuttingDownError          (shutting_down, 503)       draining for exit (app.serving.batcher)
-├── ModelUnavailableError      (model_unavailable, 503)   the model's batcher died; restart (app.serving.batcher)
+├── ModelUnavailableError      (model_unavailable, 503)   the batcher died; restart (app.serving.batcher)
 ├── ShardUnavailableError      (shard_unavailable, 503)   a Ray gallery shard did not answer (app.scale)
 ├── ClusterLostError           (cluster_lost)             serve --ray: the cluster went away (CLI, exit 1)
-├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline: dropped (app.serving.batcher)
-├── ReloadFailedError          (reload_failed, 422)       the new version failed to load (app.serving.registry)
+├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline (app.serving.batcher)
+├── ReloadFailedError          (reload_failed, 422)       new version failed to load (app.serving.registry)
 ├── ModelRenamedError          (model_renamed, 409)       the new version's manifest renames the model
-├── BatchError                 (internal_error, 500)      a batch failed before delivering (app.serving.batcher)
+├── BatchError                 (internal_error, 500)      a batch failed (app.serving.batcher)
 ├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
 

@@ -4,7 +4,7 @@ Gives each request an id (``X-Request-ID``, echoed back), records metrics by rou
 JSON access-log line per request. Before a byte of the body is read it refuses, each with its JSON error:
 a draining server (503 ``shutting_down``), a missing or wrong API key (401), a ``Content-Length`` over
 ``max_body_bytes`` (413), and, when ``max_inflight`` requests are already in flight, 429 ``overloaded``
-with ``Retry-After``. Then it reads the whole body (``lnserve.app.body_reading``: within
+with ``Retry-After``. Then it reads the whole body (``lnserve.app.http.body_reading``: within
 ``body_timeout_s``, ``max_body_bytes`` and ``max_body_reads_per_client``) and only then admits the request
 into ``max_inflight``: a client that sends a body slowly or never holds no slot. ``/health``, ``/ready``
 and ``/metrics`` are never refused nor counted. While the app runs it answers requests still running at
@@ -27,8 +27,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lnserve.app.api_key import key_matches
-from lnserve.app.body_reading import BodyReader, has_body, replay, too_large
+from lnserve.app.http.api_key import key_matches
+from lnserve.app.http.body_reading import BodyReader, has_body, replay, too_large
 from lnserve.app.http.errors import ShuttingDownError, error_response, http_status
 from lnserve.app.http.lifecycle import Lifecycle
 from lnserve.app.http.metrics import Metrics

@@ -24,7 +24,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from lnserve.app.connection_deadlines import deadline_protocol
+from lnserve.app.http.connection_deadlines import deadline_protocol
 from lnserve.app.http.lifecycle import Lifecycle
 from lnserve.app.http.main import create_app
 from lnserve.app.serving.registry import ModelDirs, resolve_model_dirs

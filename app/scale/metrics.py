@@ -1,7 +1,7 @@
 """``/metrics`` under Ray: the sum of every replica's lnserve metrics, so one scrape sees the service.
 
-Each replica keeps its own Prometheus registry (``app.http.metrics.Metrics``); ``ClusterMetrics.render`` asks all
-replicas of the deployment for their samples (Serve's ``broadcast``) and adds them up, as
+Each replica keeps its own Prometheus registry (``app.http.metrics.Metrics``); ``ClusterMetrics.render``
+asks all replicas of the deployment for their samples (Serve's ``broadcast``) and adds them up, as
 prometheus_client's multiprocess mode does: counters, histograms and gauges sum (queue depth over replicas
 is the service's queue depth), a start time takes the earliest, a maximum the largest.
 """

@@ -96,8 +96,8 @@ def test_expansion_plan_keeps_the_first_of_duplicated_words_and_skips_phrases(tm
 
 
 def test_two_keys_that_decode_to_one_word_are_refused(tmp_path: Path) -> None:
-    """Python 2 byte-string keys are recovered as UTF-8 text: b'caf\\xc3\\xa9' and u'caf\\xe9' become one word,
-    which would give one word two rows; the dictionary is refused, naming why."""
+    """Python 2 byte-string keys are recovered as UTF-8 text: b'caf\\xc3\\xa9' and u'caf\\xe9' become one
+    word, which would give one word two rows; the dictionary is refused, naming why."""
     from lnserve.converters.errors import CorruptFileError
 
     path = tmp_path / "dict.pkl"
