@@ -8,6 +8,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from lnserve.app.galleries.errors import GalleryCorruptError
 from lnserve.storage import out_of_space_reported
 
 if TYPE_CHECKING:
@@ -35,11 +36,20 @@ def _removal_reported(method: _Method) -> _Method:
     ``GalleryNotFoundError``: its files vanish mid-use, which would otherwise read as damage (a missing lock
     or vector file: a false ``gallery_corrupt``) or as an I/O error (SQLite opening the WAL of a renamed
     database). The gallery's directory is identified when the use starts: if it is gone, replaced or (made
-    meanwhile) new when the use fails, the failure is the race's, never reported as anything else."""
+    meanwhile) new when the use fails, the failure is the race's, never reported as anything else.
+
+    A directory's identity is its inode, and a removed gallery's inode number can be reused at once by the
+    next creation of the same name, which then looks like the same directory. So damage is reported only when
+    a second look finds it too: a race's damage is gone by then (the gallery answers, or is not found), real
+    damage is not (and a failed use has changed nothing: every write is all or none)."""
 
     @functools.wraps(method)
     def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
-        with self._removal_is_not_found(name):
-            return method(self, name, *args, **kwargs)
+        try:
+            with self._removal_is_not_found(name):
+                return method(self, name, *args, **kwargs)
+        except GalleryCorruptError:
+            with self._removal_is_not_found(name):
+                return method(self, name, *args, **kwargs)
 
     return checked  # type: ignore[return-value]
