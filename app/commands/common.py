@@ -18,7 +18,7 @@ from lnserve.errors import UserInputError
 from lnserve.storage import storage_full
 
 if TYPE_CHECKING:  # rich loads only when a command draws progress
-    from rich.progress import Progress, ProgressColumn
+    from rich.progress import Progress, ProgressColumn, TaskID
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
 
@@ -172,3 +172,15 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
     with stderr_progress(MofNCompleteColumn()) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+def labelled_progress(bar: Progress, prefix: str = "") -> Callable[[str, int, int], None]:
+    """A converter's ``progress(label, done, total)`` on ``bar``: one task per label, made on first use."""
+    tasks: dict[str, TaskID] = {}
+
+    def progress(label: str, done: int, total: int) -> None:
+        if label not in tasks:
+            tasks[label] = bar.add_task(f"{prefix}{label}", total=total)
+        bar.update(tasks[label], completed=done)
+
+    return progress

@@ -52,22 +52,16 @@ def convert_skip_thoughts_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Convert skip-thoughts uni-skip and/or bi-skip (both give combine-skip)."""
-    from rich.progress import TaskID, TaskProgressColumn
+    from rich.progress import TaskProgressColumn
 
-    from lnserve.app.commands.common import check_output_dir, stderr_progress
+    from lnserve.app.commands.common import check_output_dir, labelled_progress, stderr_progress
     from lnserve.converters.artifact import model_name
     from lnserve.converters.skip_thoughts import convert_skip_thoughts
 
     check_output_dir(out)
     chosen = model_name(out, name)  # a bad name fails before the tables are read
     with stderr_progress(TaskProgressColumn()) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def progress(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(f"copying {label}", total=total)
-            bar.update(tasks[label], completed=done)
-
+        progress = labelled_progress(bar, "copying ")
         manifest = convert_skip_thoughts(
             uni=uni,
             bi=bi,
@@ -100,21 +94,15 @@ def convert_skip_thoughts_training_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Convert a skip-thoughts training/-format checkpoint (the layer-norm LN-GRU release)."""
-    from rich.progress import TaskID, TaskProgressColumn
+    from rich.progress import TaskProgressColumn
 
-    from lnserve.app.commands.common import check_output_dir, stderr_progress
+    from lnserve.app.commands.common import check_output_dir, labelled_progress, stderr_progress
     from lnserve.converters.artifact import model_name
     from lnserve.converters.skip_thoughts_training import convert_skip_thoughts_training
 
     check_output_dir(out)
     with stderr_progress(TaskProgressColumn()) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def progress(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
-            bar.update(tasks[label], completed=done)
-
+        progress = labelled_progress(bar)
         manifest = convert_skip_thoughts_training(
             model=model,
             dictionary=dictionary,
