@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from lnserve.app.http.body_reading import BodyReader, has_body, replay, too_larg
 from lnserve.app.http.errors import ShuttingDownError, error_response, http_status
 from lnserve.app.http.lifecycle import Lifecycle
 from lnserve.app.http.metrics import Metrics
+from lnserve.app.http.request_ids import new_request_id
 from lnserve.app.log_setup import ACCESS_LOGGER
 from lnserve.app.serving.deadlines import parse_timeout_ms
 from lnserve.app.serving.errors import OverloadedError, RequestTooLargeError, UnauthorizedError
@@ -252,7 +252,7 @@ def _request_id(scope: Scope) -> str:
             given = value.decode("latin-1")
             if _SAFE_ID.match(given):
                 return given
-    return uuid.uuid4().hex
+    return new_request_id()
 
 
 def _bearer_token(scope: Scope) -> bytes:
