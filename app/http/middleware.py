@@ -91,8 +91,8 @@ class RequestContextMiddleware:
             max_bytes=max_body_bytes,
             timeout_s=body_timeout_s,
             per_client=max_body_reads_per_client,
-            on_change=metrics.bodies_arriving.set,
         )
+        metrics.watch(inflight=lambda: lifecycle.inflight, bodies_arriving=lambda: self.bodies.arriving)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -170,8 +170,7 @@ class RequestContextMiddleware:
 
     def _admit(self, delta: int) -> None:
         if delta:
-            self.lifecycle.inflight += delta  # the batchers read it too (``inflight_wait_ms``)
-            self.metrics.inflight.set(self.lifecycle.inflight)
+            self.lifecycle.inflight += delta  # the batchers and the gauge read it (``inflight_wait_ms``)
 
     def _refusal(self, scope: Scope, rid: str, counted: bool) -> Response | None:
         """The error response for a request refused before its body is read, or None to admit it."""
