@@ -115,7 +115,7 @@ class RequestContextMiddleware:
                 return
             if counted and has_body(scope):  # the whole body first: only then does it take a slot
                 try:
-                    async with self.lifecycle.cut_at_drain_deadline() as cut:
+                    with self.lifecycle.cut_at_drain_deadline() as cut:
                         body = await self.bodies.read(scope, receive)
                 except ClientDisconnect:  # gone while its body was read: nobody to answer, nothing to log
                     out.status = 499
@@ -148,7 +148,7 @@ class RequestContextMiddleware:
     async def _run(self, scope: Scope, receive: Receive, out: _Sender) -> None:
         """The app, cut at the drain deadline; what escapes it is answered here when nothing was sent yet."""
         try:
-            async with self.lifecycle.cut_at_drain_deadline() as cut:
+            with self.lifecycle.cut_at_drain_deadline() as cut:
                 await self.app(scope, receive, out)
         except TimeoutError:
             if not cut.expired():
