@@ -1,20 +1,19 @@
-"""What handlers declare they need (``Annotated`` aliases), the API-key check, and disconnect handling."""
+"""What handlers declare they need (``Annotated`` aliases), the API-key check, and disconnect handling
+(``cancel_on_disconnect``, from ``lnserve.app.http.disconnects``)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from lnserve.app.galleries.store import GalleryStore
-from lnserve.app.serving.errors import ClientClosedError
+from lnserve.app.http.disconnects import cancel_on_disconnect
 from lnserve.app.serving.registry import ModelRegistry
 from lnserve.app.settings import Settings
 
-T = TypeVar("T")
+__all__ = ["cancel_on_disconnect"]  # re-exported: the routes import it from here
 _bearer = HTTPBearer(auto_error=False, description="Required only when LNSERVE_API_KEY is set.")
 
 
@@ -44,28 +43,3 @@ async def require_api_key(
     """Declares the bearer scheme on every router but health and metrics (OpenAPI's ``security``). The key
     itself is checked once, by ``RequestContextMiddleware`` (``_key_refused``), before any body is
     read: a request that reaches a route has passed it."""
-
-
-async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work`` unless the client disconnects first; then cancel it, freeing its queue slot.
-
-    The body has been read by then, so the next ASGI message can only be ``http.disconnect``.
-    """
-    task = asyncio.ensure_future(work)
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # the request itself was cancelled (drain deadline): so is its work
-        task.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if not task.done():
-        task.cancel()
-        raise ClientClosedError("client disconnected before its result was ready")
-    return task.result()
