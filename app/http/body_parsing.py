@@ -235,14 +235,17 @@ class OffloadedBodyRoute(APIRoute):
 
         async def offloaded(request: Request) -> Response:
             parser: BodyParser | None = getattr(request.app.state, "body_parser", None)
-            if parser is not None and _is_json(request):
-                raw = await request.body()
-                limit = request.app.state.settings.max_sentences
-                # request.json() is cached in _json: FastAPI takes the validated model as is
-                if len(raw) > INLINE_PARSE_BYTES:
-                    request._json = await parser.parse(model, raw, max_items=limit)
-                elif _SURROGATE_ESCAPE.search(raw) is not None:
-                    request._json = _validated(model, raw, limit)
+            if parser is not None:
+                raw = await request.body()  # read already (the middleware): FastAPI gets the same bytes
+                large = len(raw) > INLINE_PARSE_BYTES
+                # the content type only for the bodies parsed here: nearly every body is small and plain
+                if (large or _SURROGATE_ESCAPE.search(raw) is not None) and _is_json(request):
+                    limit = request.app.state.settings.max_sentences
+                    # request.json() is cached in _json: FastAPI takes the validated model as is
+                    if large:
+                        request._json = await parser.parse(model, raw, max_items=limit)
+                    else:
+                        request._json = _validated(model, raw, limit)
             return await handler(request)
 
         return offloaded
