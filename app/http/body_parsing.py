@@ -31,17 +31,21 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any
 
+import fastapi.routing
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from lnserve.app.http.deps import runtime_dependant
 from lnserve.app.http.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
 from lnserve.app.http.schemas.retrieval import ItemsAdd, RetrieveRequest
 from lnserve.app.http.schemas.tei import (
@@ -195,13 +199,35 @@ def _is_json(request: Request) -> bool:
     return ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))
 
 
+@contextmanager
+def _solving_only_what_runs(route: APIRoute) -> Iterator[None]:
+    """While FastAPI builds ``route``'s request handler, its dependant (the included route's, where FastAPI
+    keeps one per inclusion) lacks the declaration-only dependencies (``deps.runtime_dependant``); the
+    OpenAPI schema, built later from the same attribute, still has them. A FastAPI without the per-inclusion
+    context builds from the route's own dependant, which is swapped the same way."""
+    context_var = getattr(fastapi.routing, "_effective_route_context_var", None)
+    context = context_var.get() if context_var is not None else None
+    target: Any = context if getattr(context, "original_route", None) is route else route
+    declared = getattr(target, "dependant", None)
+    if not isinstance(declared, Dependant):
+        yield
+        return
+    target.dependant = runtime_dependant(declared)
+    try:
+        yield
+    finally:
+        target.dependant = declared
+
+
 class OffloadedBodyRoute(APIRoute):
     """An ``APIRoute`` whose JSON body, when larger than ``INLINE_PARSE_BYTES``, is parsed by the app's
     ``BodyParser`` (``app.state.body_parser``) before FastAPI's handler runs; FastAPI then takes the
-    validated model as the body. Routers with request bodies use it as their ``route_class``."""
+    validated model as the body. Routers with request bodies use it as their ``route_class``. Its handler
+    solves only the dependencies that do something (``_solving_only_what_runs``)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
+        with _solving_only_what_runs(self):
+            handler = super().get_route_handler()
         field = self.body_field
         model = field.field_info.annotation if field is not None else None
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
@@ -209,14 +235,17 @@ class OffloadedBodyRoute(APIRoute):
 
         async def offloaded(request: Request) -> Response:
             parser: BodyParser | None = getattr(request.app.state, "body_parser", None)
-            if parser is not None and _is_json(request):
-                raw = await request.body()
-                limit = request.app.state.settings.max_sentences
-                # request.json() is cached in _json: FastAPI takes the validated model as is
-                if len(raw) > INLINE_PARSE_BYTES:
-                    request._json = await parser.parse(model, raw, max_items=limit)
-                elif _SURROGATE_ESCAPE.search(raw) is not None:
-                    request._json = _validated(model, raw, limit)
+            if parser is not None:
+                raw = await request.body()  # read already (the middleware): FastAPI gets the same bytes
+                large = len(raw) > INLINE_PARSE_BYTES
+                # the content type only for the bodies parsed here: nearly every body is small and plain
+                if (large or _SURROGATE_ESCAPE.search(raw) is not None) and _is_json(request):
+                    limit = request.app.state.settings.max_sentences
+                    # request.json() is cached in _json: FastAPI takes the validated model as is
+                    if large:
+                        request._json = await parser.parse(model, raw, max_items=limit)
+                    else:
+                        request._json = _validated(model, raw, limit)
             return await handler(request)
 
         return offloaded

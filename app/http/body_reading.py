@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from collections import Counter
-from collections.abc import Callable
 
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope
@@ -52,13 +51,10 @@ class BodyReader:
         max_bytes: int,
         timeout_s: float,
         per_client: int,
-        on_change: Callable[[int], None] | None = None,
     ) -> None:
-        """``on_change(n)``: told the number of bodies arriving whenever it changes (a metrics gauge)."""
         self.max_bytes, self.timeout_s, self.per_client = max_bytes, timeout_s, per_client
         self._reading: Counter[str] = Counter()
-        self._on_change = on_change
-        self.arriving = 0
+        self.arriving = 0  # bodies arriving now (the lnserve_bodies_arriving gauge reads it)
 
     async def read(self, scope: Scope, receive: Receive) -> bytes:
         """The whole body.
@@ -126,18 +122,13 @@ class BodyReader:
 
     def _enter(self, key: str) -> None:
         self._reading[key] += 1
-        self._count(+1)
+        self.arriving += 1
 
     def _leave(self, key: str) -> None:
         self._reading[key] -= 1
         if not self._reading[key]:
             del self._reading[key]
-        self._count(-1)
-
-    def _count(self, delta: int) -> None:
-        self.arriving += delta
-        if self._on_change is not None:
-            self._on_change(self.arriving)
+        self.arriving -= 1
 
 
 def has_body(scope: Scope) -> bool:

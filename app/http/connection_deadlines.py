@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from lnserve.app.http.disconnects import LossSignallingProtocol
 
 _BACKSTOP_GRACE_S = 1.0  # after body_timeout_s: the middleware's JSON 408 goes first
 
@@ -36,13 +36,14 @@ def _timeout_response(header_timeout_s: float) -> bytes:
     return head.encode("ascii") + body
 
 
-class DeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a header deadline and a body backstop (see the module)."""
+class DeadlineProtocol(LossSignallingProtocol):
+    """uvicorn's httptools protocol with a header deadline and a body backstop (see the module), telling
+    requests when their connection is lost (``lnserve.app.http.disconnects``)."""
 
     header_timeout_s = 10.0
     body_timeout_s = 30.0
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._begun = False  # bytes of a request have arrived (so a 408 answers something)

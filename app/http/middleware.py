@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from lnserve.app.http.body_reading import BodyReader, has_body, replay, too_larg
 from lnserve.app.http.errors import ShuttingDownError, error_response, http_status
 from lnserve.app.http.lifecycle import Lifecycle
 from lnserve.app.http.metrics import Metrics
+from lnserve.app.http.request_ids import new_request_id
 from lnserve.app.log_setup import ACCESS_LOGGER
 from lnserve.app.serving.deadlines import parse_timeout_ms
 from lnserve.app.serving.errors import OverloadedError, RequestTooLargeError, UnauthorizedError
@@ -91,8 +91,8 @@ class RequestContextMiddleware:
             max_bytes=max_body_bytes,
             timeout_s=body_timeout_s,
             per_client=max_body_reads_per_client,
-            on_change=metrics.bodies_arriving.set,
         )
+        metrics.watch(inflight=lambda: lifecycle.inflight, bodies_arriving=lambda: self.bodies.arriving)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -115,7 +115,7 @@ class RequestContextMiddleware:
                 return
             if counted and has_body(scope):  # the whole body first: only then does it take a slot
                 try:
-                    async with self.lifecycle.cut_at_drain_deadline() as cut:
+                    with self.lifecycle.cut_at_drain_deadline() as cut:
                         body = await self.bodies.read(scope, receive)
                 except ClientDisconnect:  # gone while its body was read: nobody to answer, nothing to log
                     out.status = 499
@@ -148,7 +148,7 @@ class RequestContextMiddleware:
     async def _run(self, scope: Scope, receive: Receive, out: _Sender) -> None:
         """The app, cut at the drain deadline; what escapes it is answered here when nothing was sent yet."""
         try:
-            async with self.lifecycle.cut_at_drain_deadline() as cut:
+            with self.lifecycle.cut_at_drain_deadline() as cut:
                 await self.app(scope, receive, out)
         except TimeoutError:
             if not cut.expired():
@@ -170,8 +170,7 @@ class RequestContextMiddleware:
 
     def _admit(self, delta: int) -> None:
         if delta:
-            self.lifecycle.inflight += delta  # the batchers read it too (``inflight_wait_ms``)
-            self.metrics.inflight.set(self.lifecycle.inflight)
+            self.lifecycle.inflight += delta  # the batchers and the gauge read it (``inflight_wait_ms``)
 
     def _refusal(self, scope: Scope, rid: str, counted: bool) -> Response | None:
         """The error response for a request refused before its body is read, or None to admit it."""
@@ -252,7 +251,7 @@ def _request_id(scope: Scope) -> str:
             given = value.decode("latin-1")
             if _SAFE_ID.match(given):
                 return given
-    return uuid.uuid4().hex
+    return new_request_id()
 
 
 def _bearer_token(scope: Scope) -> bytes:

@@ -15,13 +15,17 @@ from lnserve.app.http.schemas import (
     VectorJSONResponse,
     encode_vectors,
 )
+from lnserve.app.serving.registry import ModelRegistry
 
 router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/encode", response_model=EncodeResponse, response_class=VectorJSONResponse)
-async def encode(body: EncodeRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
+async def encode(body: EncodeRequest, request: Request) -> VectorJSONResponse:
     """Encode sentences into vectors (micro-batched with concurrent requests)."""
+    # the registry straight from the app, not through RegistryDep: FastAPI solves every dependency on every
+    # request, and this is the hot route (see deps.runtime_dependant)
+    registry: ModelRegistry = request.app.state.registry
     entry = registry.get(body.model)
     vectors, seqs = await encode_texts(
         request,

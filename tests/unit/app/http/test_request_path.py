@@ -36,3 +36,22 @@ def test_the_batchers_read_the_middlewares_in_flight_count(tmp_path: Path) -> No
     assert app.state.registry.in_flight() == 0
     app.state.lifecycle.inflight = 3
     assert app.state.registry.in_flight() == 3
+
+
+def test_the_api_key_declaration_is_in_the_schema_but_not_solved_per_request(tmp_path: Path) -> None:
+    # require_api_key only declares the bearer scheme (the middleware checks the key): FastAPI would solve
+    # it and the scheme under it on every request for nothing
+    from fastapi.testclient import TestClient
+
+    app = create_app(Settings(galleries_dir=tmp_path))
+    schema = app.openapi()
+    assert schema["paths"]["/encode"]["post"]["security"] == [{"HTTPBearer": []}]
+    assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+    def solved() -> None:
+        raise AssertionError("require_api_key was solved for a request")
+
+    app.dependency_overrides[deps.require_api_key] = solved
+    client = TestClient(app)  # no lifespan: the request fails validation before it needs a model
+    r = client.post("/encode", json={"sentences": []})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
