@@ -55,7 +55,7 @@ import onnxruntime as ort
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lnserve.app.runtime.fused_op.loader import fused_op_status
+from lnserve.app.runtime.fused_op.loader import code_path, fused_op_status
 from lnserve.app.runtime.fused_op.loader import register as register_fused_op
 from lnserve.app.runtime.onnx_backend import session_options
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
@@ -71,6 +71,19 @@ COMPILE_MODES: dict[str, dict[str, object]] = {  # --compiled NAME -> torch.comp
     "freeze": {"options": {"freezing": True}},
     "autotune": {"mode": "max-autotune-no-cudagraphs"},
 }
+
+
+def cpu_model() -> str:
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    return next((x.split(":", 1)[1].strip() for x in lines if x.startswith("model name")), "unknown")
+
+
+def cpu_isa() -> str:
+    """The vector extensions MLAS's fp32 GEMM picks its kernel by (AVX-512F, else AVX2+FMA, else SSE)."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    flags = set(next((x.split(":", 1)[1].split() for x in lines if x.startswith("flags")), []))
+    names = [("avx512f", "AVX-512F"), ("avx2", "AVX2"), ("fma", "FMA"), ("amx_tile", "AMX")]
+    return ", ".join(n for f, n in names if f in flags) or "no AVX"
 
 
 def flop_per_token(n_in: int, d: int) -> float:
@@ -403,7 +416,8 @@ def print_table(
         f"settle {args.settle * 1e3:.0f} ms | OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     )
     served = "fused LN-GRU step" if FUSED.available else f"plain ({FUSED.reason})"
-    print(f"onnx = the served graph: {served}")
+    path = f"fused step code path {code_path(FUSED.library)}" if FUSED.available else "no fused step"
+    print(f"cpu: {cpu_model()} ({cpu_isa()}) | onnx = the served graph: {served}, {path}")
     names = list(rows[0][5]) if rows else []
     header = (
         f"{'dims':<19}{'B':>4}{'T':>4} | {'ceiling/s':>9} {'c-min':>5} {'bw-bound/s':>10} | "

@@ -308,3 +308,16 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(O
   if (OrtStatus* st = ort.CustomOpDomainAdd(domain, &kRmsOp)) return st;
   return ort.AddCustomOpDomain(options, domain);
 }
+
+// Which clone of the row loop the loader picks on this CPU (GCC's target_clones resolver checks the same
+// levels in the same order), for benchmarks and `lnserve info` to say which code path ran.
+extern "C" __attribute__((visibility("default"))) const char* LnserveFusedStepCodePath() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
+  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2, FMA)";
+  return "x86-64 baseline (SSE2)";
+#else
+  return "portable (no target clones)";
+#endif
+}

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from lnserve.app.runtime.engine import Engine
 from lnserve.app.runtime.fused_op import DOMAIN, FUSED_CELLS, LN_OP, RMS_OP
-from lnserve.app.runtime.fused_op.loader import fused_op_status, random_cell_weights, register
+from lnserve.app.runtime.fused_op.loader import code_path, fused_op_status, random_cell_weights, register
 from lnserve.app.runtime.onnx_backend import OnnxBackend
 from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
@@ -133,6 +133,28 @@ def test_fused_scan_body_is_one_joint_gemm_and_one_node(cell: str) -> None:
     assert np.array_equal(joint, weights["weight_hh"].T)  # [U_ru | U_c] is the PyTorch weight transposed
     outer = [n.op_type for n in model.graph.node]
     assert outer.count("Gemm") == 2 and "Add" not in outer  # input projections: the bias inside each GEMM
+
+
+@needs_library
+def test_code_path_names_the_clone_this_cpu_runs() -> None:
+    """The clone GCC's resolver picks: AVX-512 only where the CPU has it (any x86-64 CPU passes)."""
+    path = code_path(LIBRARY)
+    known = (
+        "x86-64-v4 (AVX-512)",
+        "x86-64-v3 (AVX2, FMA)",
+        "x86-64 baseline (SSE2)",
+        "portable (no target clones)",
+    )
+    assert path in known
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = set()
+    if cpuinfo.is_file():
+        line = next((x for x in cpuinfo.read_text().splitlines() if x.startswith("flags")), "flags:")
+        flags = set(line.split(":", 1)[1].split())
+    if path.startswith("x86-64-v4"):
+        assert {"avx512f", "avx512bw", "avx512vl"} <= flags
+    if path.startswith("x86-64-v3"):
+        assert {"avx2", "fma"} <= flags
 
 
 def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
