@@ -39,6 +39,12 @@ def _probe(library: Path) -> FusedOpStatus:
     if not library.is_file():
         return FusedOpStatus(library, False, f"{library.name} was not built (no C++ compiler at install?)")
     try:
+        if code_path(library) == "unknown":  # the op's inputs changed with the query (issue 24)
+            return FusedOpStatus(
+                library,
+                False,
+                f"{library.name} was built from an older lngru_step.cc: rebuild it (pip install .)",
+            )
         for cell in FUSED_CELLS:
             gap = self_check(cell, library)
             if not gap <= SELF_CHECK_TOL:  # also catches NaN

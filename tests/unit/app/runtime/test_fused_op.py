@@ -210,6 +210,17 @@ def test_missing_library_falls_back_to_plain_and_says_why(
     assert np.array_equal(_encode(Engine(artifact, backend)), _encode(reference))
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler here")
+def test_library_from_an_older_source_is_refused_as_such(tmp_path: Path) -> None:
+    """A library built before the joint-GEMM step (no code-path query) would reject today's graphs."""
+    source = tmp_path / "old.cc"
+    source.write_text('extern "C" void* RegisterCustomOps(void*, const void*) { return nullptr; }\n')
+    old = tmp_path / "_lngru_step.so"
+    subprocess.run(["g++", "-shared", "-fPIC", str(source), "-o", str(old)], check=True, timeout=120)
+    status = fused_op_status(old)
+    assert not status.available and "older lngru_step.cc" in status.reason
+
+
 def test_broken_library_falls_back_to_plain(artifacts: dict[str, Path], tmp_path: Path) -> None:
     broken = tmp_path / "_lngru_step.so"
     broken.write_bytes(b"\x7fELF not really a shared library")
