@@ -4,8 +4,8 @@ Run: ``.venv/bin/python benchmarks/encode_throughput.py [--quick] [--seconds 1.5
 Subsets: ``--dims oe --batches 32,128 --lengths 13 --methods onnx,torch``; ``--graphs NAME,...`` adds
 graph variants of ``benchmarks/graph_variants.py`` (``VARIANTS``; ``production`` is a second session of the
 served graph: a control for session-to-session noise); ``--compiled default,freeze,autotune`` adds
-inductor-compiled torch; ``--spin`` the served graph with ORT's intra-op threads spinning after runs too,
-``--no-spin`` with them never spinning (lnserve's setting before issue 24). Instead of the
+inductor-compiled torch; ``--spin`` the served graph with ORT's intra-op threads spinning (after runs too),
+``--spin-in-run`` spinning only while a run is in flight (``session.force_spinning_stop``). Instead of the
 table, ``--profile`` prints onnxruntime's time per op type and ``--gemm-floor`` the graph against its GEMMs
 timed alone. ``--quick`` takes ~1 min; the full table ~10 min.
 
@@ -248,17 +248,17 @@ def naive_loop(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor) 
 
 
 def ort_session(
-    model: onnx.ModelProto, threads: int, *, spin: bool | None = None, library: Path | None = None
+    model: onnx.ModelProto, threads: int, *, spin: str | None = None, library: Path | None = None
 ) -> ort.InferenceSession:
-    """A CPU session as the service makes one (intra-op threads spin while a run is in flight, not after);
-    ``spin``: True, they spin after runs too (ORT's default); False, never (lnserve before issue 24);
-    ``library``: the fused-step custom-op library the graph needs."""
+    """A CPU session as the service makes one (intra-op threads never spin); ``spin``: "always", they spin
+    after runs too (ORT's default); "in-run", only while a run is in flight; ``library``: the fused-step
+    custom-op library the graph needs."""
     so = session_options(threads)
     if library is not None:
         register_fused_op(so, library)
     if spin is not None:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        so.add_session_config_entry("session.force_spinning_stop", "0")
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        so.add_session_config_entry("session.force_spinning_stop", "1" if spin == "in-run" else "0")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert sess.get_providers()[0] == "CPUExecutionProvider"
     return sess
@@ -315,8 +315,11 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
             sessions[f"onnx[{name}]"] = ort_session(
                 build_variant_graph("lngru", w, **VARIANTS[name]), args.threads
             )
-    for flag, spin, name in ((args.spin, True, "onnx[spin]"), (args.no_spin, False, "onnx[no-spin]")):
-        if flag:  # the served graph, its ORT workers spinning after runs too / never spinning
+    for flag, spin, name in (
+        (args.spin, "always", "onnx[spin]"),
+        (args.spin_in_run, "in-run", "onnx[spin-in-run]"),
+    ):
+        if flag:  # the served graph, its ORT workers spinning (after runs too / only within runs)
             fused = FUSED.available
             sessions[name] = ort_session(
                 build_recurrent_encoder_graph("lngru", w, fused=fused),
@@ -528,7 +531,7 @@ def fp16_drift(dims: dict[str, tuple[int, int]], threads: int) -> None:
         )
 
 
-def matmul_call(m: int, k: int, n: int, threads: int, *, spin: bool | None = None) -> Callable[[], object]:
+def matmul_call(m: int, k: int, n: int, threads: int, *, spin: str | None = None) -> Callable[[], object]:
     """One (m, k) x (k, n) MatMul with the weight as an initializer (MLAS prepacks it, as in the encoder)."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -561,7 +564,7 @@ def gemm_floor(args: argparse.Namespace) -> None:
     for label in args.dims:
         n_in, d = DIMS[label]
         model = build_recurrent_encoder_graph("lngru", lngru_weights(n_in, d))
-        sess = ort_session(model, args.threads, spin=args.spin or None)
+        sess = ort_session(model, args.threads, spin="always" if args.spin else None)
         for steps in args.lengths:
             for b in args.batches:
                 x = np.random.default_rng(1).standard_normal((steps, b, n_in), dtype=np.float32)
@@ -574,7 +577,8 @@ def gemm_floor(args: argparse.Namespace) -> None:
                 }
                 calls = {"onnx": lambda sess=sess, feeds=feeds: sess.run(["h"], feeds)}
                 calls |= {
-                    k: matmul_call(*v[:3], args.threads, spin=args.spin or None) for k, v in shapes.items()
+                    k: matmul_call(*v[:3], args.threads, spin="always" if args.spin else None)
+                    for k, v in shapes.items()
                 }
                 pause = dict.fromkeys(calls, args.settle if args.spin else 0.0)  # spinning ORT threads
                 t = measure_cell(calls, ceiling, seconds=args.seconds, rounds=args.rounds, settle=pause)
@@ -592,7 +596,7 @@ def gemm_floor(args: argparse.Namespace) -> None:
                     f"{(full - floor) / full:>5.0%} | {each}"
                 )
     print(
-        f"sessions {'spinning after runs too' if args.spin else 'as served'} (--spin). "
+        f"sessions {'with' if args.spin else 'without'} intra-op spinning (--spin). "
         "GEMMs = T x (h@U_ru + h@U_c) + the hoisted x@W_ru + x@W_c, each the best call of a lone MatMul; "
         "rest = onnx - GEMMs; /ceil against the best ceiling sample of the cell."
     )
@@ -619,8 +623,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--compiled", type=_csv(str), default=[], help=f"torch.compile modes: {list(COMPILE_MODES)}"
     )
-    parser.add_argument("--spin", action="store_true", help="add onnx[spin]: ORT threads spin after runs too")
-    parser.add_argument("--no-spin", action="store_true", help="add onnx[no-spin]: ORT threads never spin")
+    parser.add_argument("--spin", action="store_true", help="add onnx[spin]: ORT threads allowed to spin")
+    parser.add_argument(
+        "--spin-in-run", action="store_true", help="add onnx[spin-in-run]: ORT threads spin within runs only"
+    )
     parser.add_argument("--profile", action="store_true", help="ORT per-op-type profile instead of the table")
     parser.add_argument("--gemm-floor", action="store_true", help="the graph vs its GEMMs alone, no profiler")
     parser.add_argument("--no-fp16", action="store_true", help="skip the fp16 drift check")

@@ -49,8 +49,7 @@ FORMS: dict[str, dict[str, object]] = {
 
 
 def session(model: onnx.ModelProto, *, spinning: bool, threads: int = 2) -> ort.InferenceSession:
-    """A CPU session exactly as lnserve creates one (``session_options``), only spinning switched (on: within
-    runs, as served since issue 24; off: never)."""
+    """A CPU session exactly as lnserve creates one (``session_options``), only spinning switched."""
     so = session_options(threads)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])

@@ -47,19 +47,17 @@ def default_providers() -> list[str]:
 
 
 def session_options(threads: int | None) -> ort.SessionOptions:
-    """Threads sized to the machine; intra-op workers spin only while a run is in flight.
+    """Threads sized to the machine, and no spinning: idle ORT workers must not starve the event loop.
 
-    Between runs idle ORT workers must not spin: they would starve the event loop and every other thread of
-    the process. Within a run they may: the recurrence hands the pool two small parallel ops a step, and
-    waking a sleeping worker for each cost ~5% at B=32 (issue 24). ``session.force_spinning_stop`` stops
-    the spinning the moment the last concurrent run returns (onnxruntime >= 1.11).
+    Not within runs either (``session.force_spinning_stop`` would allow that and stop at each run's end):
+    on the shared 2-core VM, a pool spinning inside runs made B=32 1.3-1.5x slower whenever another process
+    wanted the cores (issue 24; encode_throughput ``--spin`` / ``--no-spin`` measure both).
     """
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads or min(os.cpu_count() or 1, 8)
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    so.add_session_config_entry("session.force_spinning_stop", "1")
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 3
     return so

@@ -1,5 +1,5 @@
-"""onnxruntime sessions as lnserve makes them (``session_options``): intra-op workers may spin while a run is
-in flight, never after it returns, so an idle model takes no CPU from the event loop (issue 24)."""
+"""onnxruntime sessions as lnserve makes them (``session_options``): intra-op workers never spin, so an idle
+model takes no CPU from the event loop (issue 24 measured spinning within runs too: not robust under load)."""
 
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ def _cpu_while_idle(options: ort.SessionOptions) -> float:
     return time.process_time() - start
 
 
-def test_service_sessions_spin_within_runs_only() -> None:
+def test_service_sessions_never_spin() -> None:
     options = session_options(2)
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
-    assert options.get_session_config_entry("session.force_spinning_stop") == "1"
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"
 
 
 def test_idle_workers_take_no_cpu_after_a_run() -> None:
-    """A pool that spins after runs burns CPU in this window; the service's must not."""
-    assert _cpu_while_idle(session_options(2)) < 0.1 * IDLE_S
+    """Measured on the 2-core Xeon: 0.1-0.2 ms with the service's options (0.1-0.4 ms spinning within runs
+    only, force_spinning_stop=1), 23-28 ms for a pool left spinning after runs (ORT's default)."""
+    assert _cpu_while_idle(session_options(2)) < 0.01
