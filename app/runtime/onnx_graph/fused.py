@@ -4,8 +4,7 @@ prepacked weights) and everything after it is one node.
 
 The step is one GEMM ``h @ [U_ru | U_c]`` (d, 3d), not the plain graph's two: the op reads the gates' and the
 candidate's columns in place, so the joint GEMM costs no Split copy, and a step dispatches one GEMM to the
-thread pool instead of two. The hoisted input projections are 2-D ``Gemm`` nodes with their bias inside
-(issue 24: B=32 was at 0.84 of the FLOP ceiling).
+thread pool instead of two (issue 24: B=32 was at 0.84 of the FLOP ceiling).
 
 Such graphs only run in a session that registered the op library; they are built in memory for serving and
 never exported (``lnserve export`` writes standard ONNX).
@@ -25,7 +24,6 @@ class FusedGruCell(GruCell):
 
     def __init__(self, g: GraphBuilder, cell: str, arrays: GruArrays, opset: int) -> None:
         super().__init__(g, cell, arrays, opset)
-        self.n_in = int(arrays.w_c.shape[0])
         del g.inits[self.u_ru], g.inits[self.u_c]  # stored once, as the joint matrix
         self.u = g.const(f32(np.concatenate([arrays.u_ru, arrays.u_c], axis=1)), "U")
 
@@ -33,23 +31,6 @@ class FusedGruCell(GruCell):
         if self.norms is None or self.cell not in FUSED_CELLS:
             raise ValueError(f"the fused step needs a normalised GRU cell ({', '.join(FUSED_CELLS)})")
         return self.norms
-
-    def hoisted_inputs(self, g: GraphBuilder, x: str) -> list[str]:
-        """``GruCell``'s A and C, each projection one 2-D ``Gemm`` over the T*B tokens with its bias inside
-        the GEMM, instead of a 3-D MatMul and a separate Add pass over its output (onnxruntime fuses the pair
-        only for 2-D inputs)."""
-        norms = self.fused_norms()
-        tokens = g.op("Reshape", [x, g.cached("c_tokens_by_features", np.array([-1, self.n_in], np.int64))])
-        lead = g.op("Shape", [x], start=0, end=2)  # (T, B)
-        out = []
-        for w, b, norm, width in (
-            (self.w_ru, self.b_ru, norms.in_ru, 2 * self.d),
-            (self.w_c, self.b_c, norms.in_c, self.d),
-        ):
-            z = self.norm(g, g.op("Gemm", [tokens, w, b]), norm)
-            shape = g.op("Concat", [lead, g.cached(f"c_width_{width}", np.array([width], np.int64))], axis=0)
-            out.append(g.op("Reshape", [z, shape]))
-        return out
 
     def step(self, g: GraphBuilder, states: list[str], xs: list[str]) -> list[str]:
         (h,), (a_t, c_t) = states, xs
