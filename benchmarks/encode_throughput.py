@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/encode_throughput.py [--quick] [--seconds 1.5
 Subsets: ``--dims oe --batches 32,128 --lengths 13 --methods onnx,torch``; ``--graphs NAME,...`` adds
 graph variants of ``benchmarks/graph_variants.py`` (``VARIANTS``; ``production`` is a second session of the
 served graph: a control for session-to-session noise); ``--compiled default,freeze,autotune`` adds
-inductor-compiled torch; ``--spin`` the served graph with ORT's intra-op threads spinning. Instead of the
+inductor-compiled torch; ``--spin`` the served graph with ORT's intra-op threads spinning (after runs too),
+``--spin-in-run`` spinning only while a run is in flight (``session.force_spinning_stop``). Instead of the
 table, ``--profile`` prints onnxruntime's time per op type and ``--gemm-floor`` the graph against its GEMMs
 timed alone. ``--quick`` takes ~1 min; the full table ~10 min.
 
@@ -54,7 +55,7 @@ import onnxruntime as ort
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lnserve.app.runtime.fused_op.loader import fused_op_status
+from lnserve.app.runtime.fused_op.loader import code_path, fused_op_status
 from lnserve.app.runtime.fused_op.loader import register as register_fused_op
 from lnserve.app.runtime.onnx_backend import session_options
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
@@ -70,6 +71,19 @@ COMPILE_MODES: dict[str, dict[str, object]] = {  # --compiled NAME -> torch.comp
     "freeze": {"options": {"freezing": True}},
     "autotune": {"mode": "max-autotune-no-cudagraphs"},
 }
+
+
+def cpu_model() -> str:
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    return next((x.split(":", 1)[1].strip() for x in lines if x.startswith("model name")), "unknown")
+
+
+def cpu_isa() -> str:
+    """The vector extensions MLAS's fp32 GEMM picks its kernel by (AVX-512F, else AVX2+FMA, else SSE)."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    flags = set(next((x.split(":", 1)[1].split() for x in lines if x.startswith("flags")), []))
+    names = [("avx512f", "AVX-512F"), ("avx2", "AVX2"), ("fma", "FMA"), ("amx_tile", "AMX")]
+    return ", ".join(n for f, n in names if f in flags) or "no AVX"
 
 
 def flop_per_token(n_in: int, d: int) -> float:
@@ -234,15 +248,17 @@ def naive_loop(w: dict[str, torch.Tensor], x: torch.Tensor, mask: torch.Tensor) 
 
 
 def ort_session(
-    model: onnx.ModelProto, threads: int, *, spin: bool = False, library: Path | None = None
+    model: onnx.ModelProto, threads: int, *, spin: str | None = None, library: Path | None = None
 ) -> ort.InferenceSession:
-    """A CPU session as the service makes one; ``spin``: its intra-op threads may spin (the service: no);
-    ``library``: the fused-step custom-op library the graph needs."""
+    """A CPU session as the service makes one (intra-op threads never spin); ``spin``: "always", they spin
+    after runs too (ORT's default); "in-run", only while a run is in flight; ``library``: the fused-step
+    custom-op library the graph needs."""
     so = session_options(threads)
     if library is not None:
         register_fused_op(so, library)
-    if spin:
+    if spin is not None:
         so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        so.add_session_config_entry("session.force_spinning_stop", "1" if spin == "in-run" else "0")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert sess.get_providers()[0] == "CPUExecutionProvider"
     return sess
@@ -299,14 +315,18 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
             sessions[f"onnx[{name}]"] = ort_session(
                 build_variant_graph("lngru", w, **VARIANTS[name]), args.threads
             )
-    if args.spin:  # the served graph with ORT's worker threads spinning between ops (the service: not)
-        fused = FUSED.available
-        sessions["onnx[spin]"] = ort_session(
-            build_recurrent_encoder_graph("lngru", w, fused=fused),
-            args.threads,
-            spin=True,
-            library=FUSED.library if fused else None,
-        )
+    for flag, spin, name in (
+        (args.spin, "always", "onnx[spin]"),
+        (args.spin_in_run, "in-run", "onnx[spin-in-run]"),
+    ):
+        if flag:  # the served graph, its ORT workers spinning (after runs too / only within runs)
+            fused = FUSED.available
+            sessions[name] = ort_session(
+                build_recurrent_encoder_graph("lngru", w, fused=fused),
+                args.threads,
+                spin=spin,
+                library=FUSED.library if fused else None,
+            )
     compiled = {}
     # Each mode and (T, B) compiles LastState.forward anew; past dynamo's limit (8) it silently runs eager.
     torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
@@ -399,7 +419,8 @@ def print_table(
         f"settle {args.settle * 1e3:.0f} ms | OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     )
     served = "fused LN-GRU step" if FUSED.available else f"plain ({FUSED.reason})"
-    print(f"onnx = the served graph: {served}")
+    path = f"fused step code path {code_path(FUSED.library)}" if FUSED.available else "no fused step"
+    print(f"cpu: {cpu_model()} ({cpu_isa()}) | onnx = the served graph: {served}, {path}")
     names = list(rows[0][5]) if rows else []
     header = (
         f"{'dims':<19}{'B':>4}{'T':>4} | {'ceiling/s':>9} {'c-min':>5} {'bw-bound/s':>10} | "
@@ -510,7 +531,7 @@ def fp16_drift(dims: dict[str, tuple[int, int]], threads: int) -> None:
         )
 
 
-def matmul_call(m: int, k: int, n: int, threads: int, *, spin: bool = False) -> Callable[[], object]:
+def matmul_call(m: int, k: int, n: int, threads: int, *, spin: str | None = None) -> Callable[[], object]:
     """One (m, k) x (k, n) MatMul with the weight as an initializer (MLAS prepacks it, as in the encoder)."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -543,7 +564,7 @@ def gemm_floor(args: argparse.Namespace) -> None:
     for label in args.dims:
         n_in, d = DIMS[label]
         model = build_recurrent_encoder_graph("lngru", lngru_weights(n_in, d))
-        sess = ort_session(model, args.threads, spin=args.spin)
+        sess = ort_session(model, args.threads, spin="always" if args.spin else None)
         for steps in args.lengths:
             for b in args.batches:
                 x = np.random.default_rng(1).standard_normal((steps, b, n_in), dtype=np.float32)
@@ -555,7 +576,10 @@ def gemm_floor(args: argparse.Namespace) -> None:
                     "x@W_c": (steps * b, n_in, d, 1),
                 }
                 calls = {"onnx": lambda sess=sess, feeds=feeds: sess.run(["h"], feeds)}
-                calls |= {k: matmul_call(*v[:3], args.threads, spin=args.spin) for k, v in shapes.items()}
+                calls |= {
+                    k: matmul_call(*v[:3], args.threads, spin="always" if args.spin else None)
+                    for k, v in shapes.items()
+                }
                 pause = dict.fromkeys(calls, args.settle if args.spin else 0.0)  # spinning ORT threads
                 t = measure_cell(calls, ceiling, seconds=args.seconds, rounds=args.rounds, settle=pause)
                 flop = flop_per_token(n_in, d) * steps * b
@@ -600,6 +624,9 @@ def parse_args() -> argparse.Namespace:
         "--compiled", type=_csv(str), default=[], help=f"torch.compile modes: {list(COMPILE_MODES)}"
     )
     parser.add_argument("--spin", action="store_true", help="add onnx[spin]: ORT threads allowed to spin")
+    parser.add_argument(
+        "--spin-in-run", action="store_true", help="add onnx[spin-in-run]: ORT threads spin within runs only"
+    )
     parser.add_argument("--profile", action="store_true", help="ORT per-op-type profile instead of the table")
     parser.add_argument("--gemm-floor", action="store_true", help="the graph vs its GEMMs alone, no profiler")
     parser.add_argument("--no-fp16", action="store_true", help="skip the fp16 drift check")

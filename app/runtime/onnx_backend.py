@@ -47,7 +47,12 @@ def default_providers() -> list[str]:
 
 
 def session_options(threads: int | None) -> ort.SessionOptions:
-    """Threads sized to the machine, and no spinning: idle ORT workers must not starve the event loop."""
+    """Threads sized to the machine, and no spinning: idle ORT workers must not starve the event loop.
+
+    Not within runs either (``session.force_spinning_stop`` would allow that and stop at each run's end):
+    on the shared 2-core VM, a pool spinning inside runs made B=32 1.3-1.5x slower whenever another process
+    wanted the cores (issue 24; encode_throughput ``--spin`` / ``--no-spin`` measure both).
+    """
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads or min(os.cpu_count() or 1, 8)
     so.inter_op_num_threads = 1

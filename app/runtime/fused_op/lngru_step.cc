@@ -2,11 +2,13 @@
 //
 // The plain Scan body runs, after its two recurrent GEMMs, LayerNormalization x2, Add, Sigmoid, Split, Mul,
 // Add, Tanh, Sub, Mul and Add: ten passes over (B, d..2d) tensors. This op does all of them in one pass per
-// row, leaving the GEMMs to onnxruntime (MLAS, prepacked weights):
+// row, leaving the one recurrent GEMM hu = h @ [U_ru | U_c] to onnxruntime (MLAS, prepacked weights); the op
+// reads the gates' and the candidate's columns of hu in place, so the joint GEMM needs no Split copy:
 //
-//   LnGruStep(hu_ru (B,2d), hu_c (B,d), a (B,2d), c (B,d), h (B,d), s_ru (2d), s_c (d), b_c (d)) -> h' (B,d)
+//   LnGruStep(hu (B,3d), a (B,2d), c (B,d), h (B,d), s_ru (2d), s_c (d), b_c (d)) -> h' (B,d)
 //   RmsGruStep(the same without b_c)
 //
+//   hu_ru, hu_c = hu[:, :2d], hu[:, 2d:]
 //   pre = norm(hu_ru) * s_ru + a;  r, u = sigmoid(pre[:d]), sigmoid(pre[d:])
 //   hh = tanh(r * (norm(hu_c) * s_c + b_c) + c);  h' = hh + u * (h - hh)
 //
@@ -27,8 +29,7 @@ namespace {
 constexpr float kEps = 1e-5f;  // NORM_EPS of models/cell_types.py (spec §3)
 
 struct Step {
-  const float* hu_ru;
-  const float* hu_c;
+  const float* hu;  // (rows, 3d): [hu_ru | hu_c] per row
   const float* a;
   const float* c;
   const float* h;
@@ -96,8 +97,8 @@ template <bool kRms, bool kBias>
 LNSERVE_INLINE void step_rows(const Step& s) {
   const int64_t d = s.d;
   for (int64_t b = 0; b < s.rows; ++b) {
-    const float* hu_ru = s.hu_ru + b * 2 * d;
-    const float* hu_c = s.hu_c + b * d;
+    const float* hu_ru = s.hu + b * 3 * d;
+    const float* hu_c = hu_ru + 2 * d;
     const float* a = s.a + b * 2 * d;
     const float* c = s.c + b * d;
     const float* h = s.h + b * d;
@@ -145,8 +146,8 @@ struct Chunks {
 // Rows [b0, b0 + n) of a step.
 Step rows_of(const Step& s, int64_t b0, int64_t n) {
   const int64_t d = s.d;
-  return Step{s.hu_ru + b0 * 2 * d, s.hu_c + b0 * d, s.a + b0 * 2 * d, s.c + b0 * d, s.h + b0 * d,
-              s.s_ru,               s.s_c,           s.b_c,           s.out + b0 * d, n, d};
+  return Step{s.hu + b0 * 3 * d, s.a + b0 * 2 * d, s.c + b0 * d, s.h + b0 * d, s.s_ru, s.s_c, s.b_c,
+              s.out + b0 * d,   n,                d};
 }
 
 void run_rows(const Step& s, bool rms) {
@@ -211,18 +212,18 @@ bool shape_is(const int64_t* dims, size_t rank, int64_t d0, int64_t d1) {
 
 void compute(void* op_kernel, OrtKernelContext* ctx) {
   const Kernel& k = *static_cast<const Kernel*>(op_kernel);
-  const size_t n_in = k.rms ? 7 : 8;
-  const float* data[8] = {};
-  int64_t dims[8][kMaxRank] = {};
-  size_t ranks[8] = {};
+  const size_t n_in = k.rms ? 6 : 7;
+  const float* data[7] = {};
+  int64_t dims[7][kMaxRank] = {};
+  size_t ranks[7] = {};
   bool ok = true;
   for (size_t i = 0; i < n_in; ++i) ok = ok && input(k, ctx, i, &data[i], dims[i], &ranks[i]);
-  // h (input 4) fixes B and d; the graph builder wires every other shape from them.
-  const bool h_ok = ok && ranks[4] == 2;
-  const int64_t rows = h_ok ? dims[4][0] : 0;
-  const int64_t d = h_ok ? dims[4][1] : 0;
-  const int64_t want[8][2] = {{rows, 2 * d}, {rows, d}, {rows, 2 * d}, {rows, d}, {rows, d},
-                              {2 * d, -1},   {d, -1},   {d, -1}};
+  // h (input 3) fixes B and d; the graph builder wires every other shape from them.
+  const bool h_ok = ok && ranks[3] == 2;
+  const int64_t rows = h_ok ? dims[3][0] : 0;
+  const int64_t d = h_ok ? dims[3][1] : 0;
+  const int64_t want[7][2] = {{rows, 3 * d}, {rows, 2 * d}, {rows, d}, {rows, d},
+                              {2 * d, -1},   {d, -1},       {d, -1}};
   for (size_t i = 0; ok && i < n_in; ++i) ok = shape_is(dims[i], ranks[i], want[i][0], want[i][1]);
   const int64_t out_dims[2] = {rows, d};
   OrtValue* out = nullptr;
@@ -240,8 +241,7 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
     for (int64_t i = 0; i < rows * d; ++i) y[i] = NAN;
     return;
   }
-  const Step s{data[0], data[1], data[2], data[3], data[4], data[5], data[6], k.rms ? nullptr : data[7],
-               y,       rows,    d};
+  const Step s{data[0], data[1], data[2], data[3], data[4], data[5], k.rms ? nullptr : data[6], y, rows, d};
   const int64_t per_chunk = d >= kChunkElements ? 1 : kChunkElements / (d > 0 ? d : 1);
   const int64_t n_chunks = (rows + per_chunk - 1) / per_chunk;
   if (k.parallel_for == nullptr || n_chunks < 2) {
@@ -259,8 +259,8 @@ const char* ln_name(const OrtCustomOp*) { return "LnGruStep"; }
 const char* rms_name(const OrtCustomOp*) { return "RmsGruStep"; }
 const char* cpu_provider(const OrtCustomOp*) { return nullptr; }  // nullptr: the CPU provider
 OrtElementTypeAbi float_type(const OrtCustomOp*, size_t) { return kOrtFloat; }
-size_t ln_inputs(const OrtCustomOp*) { return 8; }
-size_t rms_inputs(const OrtCustomOp*) { return 7; }
+size_t ln_inputs(const OrtCustomOp*) { return 7; }
+size_t rms_inputs(const OrtCustomOp*) { return 6; }
 size_t one_output(const OrtCustomOp*) { return 1; }
 void* ln_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*) { return &g_kernels[0]; }
 void* rms_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*) { return &g_kernels[1]; }
@@ -307,4 +307,17 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(O
   if (OrtStatus* st = ort.CustomOpDomainAdd(domain, &kLnOp)) return st;
   if (OrtStatus* st = ort.CustomOpDomainAdd(domain, &kRmsOp)) return st;
   return ort.AddCustomOpDomain(options, domain);
+}
+
+// Which clone of the row loop the loader picks on this CPU (GCC's target_clones resolver checks the same
+// levels in the same order), for benchmarks and `lnserve info` to say which code path ran.
+extern "C" __attribute__((visibility("default"))) const char* LnserveFusedStepCodePath() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
+  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2, FMA)";
+  return "x86-64 baseline (SSE2)";
+#else
+  return "portable (no target clones)";
+#endif
 }

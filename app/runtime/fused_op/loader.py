@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from pathlib import Path
 
@@ -10,6 +11,17 @@ import onnxruntime as ort
 
 from lnserve.app.runtime.fused_op import FUSED_CELLS, SELF_CHECK_TOL, FusedOpStatus, library_path
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
+
+
+def code_path(library: Path) -> str:
+    """Which clone of the fused step's row loop runs on this CPU (x86-64-v4 / v3 / baseline), as the library
+    itself resolves it; "unknown" for a library without the query (built before issue 24)."""
+    lib = ctypes.CDLL(str(library))
+    query = getattr(lib, "LnserveFusedStepCodePath", None)
+    if query is None:
+        return "unknown"
+    query.restype = ctypes.c_char_p
+    return str(query().decode())
 
 
 def register(options: ort.SessionOptions, library: Path) -> None:
@@ -27,6 +39,12 @@ def _probe(library: Path) -> FusedOpStatus:
     if not library.is_file():
         return FusedOpStatus(library, False, f"{library.name} was not built (no C++ compiler at install?)")
     try:
+        if code_path(library) == "unknown":  # the op's inputs changed with the query (issue 24)
+            return FusedOpStatus(
+                library,
+                False,
+                f"{library.name} was built from an older lngru_step.cc: rebuild it (pip install .)",
+            )
         for cell in FUSED_CELLS:
             gap = self_check(cell, library)
             if not gap <= SELF_CHECK_TOL:  # also catches NaN

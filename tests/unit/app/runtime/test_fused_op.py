@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from lnserve.app.runtime.engine import Engine
-from lnserve.app.runtime.fused_op import DOMAIN, FUSED_CELLS, LN_OP
-from lnserve.app.runtime.fused_op.loader import fused_op_status, random_cell_weights, register
+from lnserve.app.runtime.fused_op import DOMAIN, FUSED_CELLS, LN_OP, RMS_OP
+from lnserve.app.runtime.fused_op.loader import code_path, fused_op_status, random_cell_weights, register
 from lnserve.app.runtime.onnx_backend import OnnxBackend
 from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
@@ -94,7 +94,7 @@ def test_fused_step_saturated_gates_and_non_finite_rows(cell: str) -> None:
 def test_fused_step_with_inconsistent_shapes_returns_nan_not_garbage() -> None:
     """The op cannot raise through the C ABI: inputs of the wrong width give a NaN output."""
     b, d = 2, 8
-    shapes = {"hu_ru": [b, 2 * d], "hu_c": [b, d], "a": [b, d], "c": [b, d], "h": [b, d]}  # a is too narrow
+    shapes = {"hu": [b, 3 * d], "a": [b, d], "c": [b, d], "h": [b, d]}  # a is too narrow
     inits = [
         helper.make_tensor("s_ru", TensorProto.FLOAT, [2 * d], np.ones(2 * d)),
         helper.make_tensor("s_c", TensorProto.FLOAT, [d], np.ones(d)),
@@ -117,13 +117,42 @@ def test_fused_step_with_inconsistent_shapes_returns_nan_not_garbage() -> None:
 
 
 @needs_library
-def test_fused_scan_body_is_two_gemms_and_one_node() -> None:
-    weights = random_cell_weights(np.random.default_rng(0), "lngru", 8, 16)
-    model = build_recurrent_encoder_graph("lngru", weights, fused=True, check=False)
+@pytest.mark.parametrize("cell", FUSED_CELLS)
+def test_fused_scan_body_is_one_joint_gemm_and_one_node(cell: str) -> None:
+    """One recurrent GEMM h @ [U_ru | U_c] a step, its weight stored once (no per-gate copies)."""
+    n_in, d = 8, 16
+    weights = random_cell_weights(np.random.default_rng(0), cell, n_in, d)
+    model = build_recurrent_encoder_graph(cell, weights, fused=True, check=False)
     (scan,) = [n for n in model.graph.node if n.op_type == "Scan"]
     body = helper.get_attribute_value(scan.attribute[0])
-    assert [n.op_type for n in body.node] == ["MatMul", "MatMul", LN_OP, "Identity"]
+    assert [n.op_type for n in body.node] == ["MatMul", LN_OP if cell == "lngru" else RMS_OP, "Identity"]
     assert {o.domain: o.version for o in model.opset_import} == {"": 18, DOMAIN: 1}
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    joint = inits[body.node[0].input[1]]
+    assert joint.shape == (d, 3 * d) and not {"U_ru", "U_c"} & set(inits)
+    assert np.array_equal(joint, weights["weight_hh"].T)  # [U_ru | U_c] is the PyTorch weight transposed
+
+
+@needs_library
+def test_code_path_names_the_clone_this_cpu_runs() -> None:
+    """The clone GCC's resolver picks: AVX-512 only where the CPU has it (any x86-64 CPU passes)."""
+    path = code_path(LIBRARY)
+    known = (
+        "x86-64-v4 (AVX-512)",
+        "x86-64-v3 (AVX2, FMA)",
+        "x86-64 baseline (SSE2)",
+        "portable (no target clones)",
+    )
+    assert path in known
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = set()
+    if cpuinfo.is_file():
+        line = next((x for x in cpuinfo.read_text().splitlines() if x.startswith("flags")), "flags:")
+        flags = set(line.split(":", 1)[1].split())
+    if path.startswith("x86-64-v4"):
+        assert {"avx512f", "avx512bw", "avx512vl"} <= flags
+    if path.startswith("x86-64-v3"):
+        assert {"avx2", "fma"} <= flags
 
 
 def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
@@ -177,6 +206,17 @@ def test_missing_library_falls_back_to_plain_and_says_why(
     assert "onnx graph: plain" in caplog.text
     reference = Engine.open(artifacts["oe_order_lngru"], backend="onnx", fused_op=False)
     assert np.array_equal(_encode(Engine(artifact, backend)), _encode(reference))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler here")
+def test_library_from_an_older_source_is_refused_as_such(tmp_path: Path) -> None:
+    """A library built before the joint-GEMM step (no code-path query) would reject today's graphs."""
+    source = tmp_path / "old.cc"
+    source.write_text('extern "C" void* RegisterCustomOps(void*, const void*) { return nullptr; }\n')
+    old = tmp_path / "_lngru_step.so"
+    subprocess.run(["g++", "-shared", "-fPIC", str(source), "-o", str(old)], check=True, timeout=120)
+    status = fused_op_status(old)
+    assert not status.available and "older lngru_step.cc" in status.reason
 
 
 def test_broken_library_falls_back_to_plain(artifacts: dict[str, Path], tmp_path: Path) -> None:
