@@ -233,10 +233,10 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
             build_ingress_app(settings, topology, opts.replica_cpus), name=INGRESS_APP, route_prefix="/"
         )
         log.info(
-            "serving on ray at http://%s:%d (%s, %d shards, %s ingress)", settings.host, settings.port,
+            "serving on ray at http://%s:%d (%s, %d shards, %s)", settings.host, settings.port,
             f"{topology.replicas} replicas" if topology.replicas else
             f"{topology.min_replicas}-{topology.max_replicas} replicas", opts.shards,
-            "direct: each node's replicas on this port" if direct else "proxy",
+            "direct ingress: every node's replicas listen on this port" if direct else "Serve's proxy",
         )  # fmt: skip
         serving.set()
         stop.wait()
