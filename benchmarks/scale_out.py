@@ -7,14 +7,16 @@ Two numbers per engine:
   ``vs single`` divides by the single-process server's, and ``per-replica efficiency`` is
   req/s / (replicas x the 1-replica Ray req/s): 1.0 would be linear scaling;
 - the cost of the Ray hop: p50 latency at concurrency 1 minus the single process's p50 (the proxy actor and
-  one more process boundary per request);
+  one more process boundary per request, or what is left of it with direct ingress);
 - where the CPU goes: CPU ms per request (user + system, from /proc) of each process under the server during
   the ``--concurrency`` run, by role (driver, Serve proxy, encoding replicas, gallery shards, controller,
   raylet / GCS / other Ray daemons). Linux only.
 
-``--variant NAME:VAR=VALUE,...`` adds a Ray row run with those environment variables (Ray's levers, e.g.
-``tput:RAY_SERVE_THROUGHPUT_OPTIMIZED=1,RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1``), so that old and new
-ratios come from the same run.
+``--ingress proxy direct`` measures each Ray configuration behind Serve's HTTP proxy (rows ``ray``) and
+with the replicas serving the port themselves (rows ``ray direct``; ``lnserve serve --ray --ingress
+direct``). ``--variant NAME:VAR=VALUE,...`` adds a Ray row run with those environment variables (Ray's
+levers, e.g. ``tput:RAY_SERVE_THROUGHPUT_OPTIMIZED=1,RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1``),
+so that old and new ratios come from the same run.
 
 Every replica runs with ``LNSERVE_THREADS`` intra-op threads (default 1) and asks Ray for one CPU; a local
 Ray instance is started per configuration. On a machine with fewer cores than replicas + proxy + load
@@ -22,7 +24,7 @@ generator the replicas share cores, so throughput cannot scale: read per-replica
 overhead. Not a test: run it by hand.
 
     python benchmarks/scale_out.py [--seconds 5] [--concurrency 32] [--replicas 1 2 4] [--published-size]
-                                   [--variant NAME:VAR=VALUE,...]
+                                   [--ingress proxy direct] [--variant NAME:VAR=VALUE,...]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.http_load import http_load, published_size_model, vocabulary  # noqa: E402
+from benchmarks.http_load import cpu_model, http_load, published_size_model, vocabulary  # noqa: E402
 from lnserve.app.demo_model.data import ensure_demo_artifact  # noqa: E402
 from tests.e2e.server import start_server  # noqa: E402
 
@@ -96,6 +98,10 @@ def measure(
         "LNSERVE_THREADS": str(args.threads),
         "LNSERVE_ACCESS_LOG": "false",
         "LNSERVE_MAX_QUEUE": "100000",
+        # throughput, not admission control: behind Serve's proxy every client is the proxy, whose bodies
+        # arrive slowly enough to trip the per-client body-read bound (429 + close) at 32 clients
+        "LNSERVE_MAX_INFLIGHT": "100000",
+        "LNSERVE_MAX_BODY_READS_PER_CLIENT": "100000",
         **env_extra,
     }
     srv = start_server(tmp, "--models", str(model), *extra, env=env, timeout=600)
@@ -118,6 +124,10 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     return name, dict(a.split("=", 1) for a in assignments.split(",") if a)
 
 
+def _row_name(name: str, ingress: str) -> str:
+    return name if ingress == "proxy" else f"{name} {ingress}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=Path, default=None, help="Artifact directory (default: the demo model).")
@@ -130,6 +140,10 @@ def main() -> None:
         "--variant", type=_variant, action="append", default=[],
         help="NAME:VAR=VALUE,... a Ray row (each --replicas count) with these variables set.",
     )  # fmt: skip
+    ap.add_argument(
+        "--ingress", nargs="+", choices=("proxy", "direct"), default=["proxy"],
+        help="Ray rows behind Serve's proxy ('ray') and/or with direct ingress ('ray direct').",
+    )  # fmt: skip
     args = ap.parse_args()
 
     rows: dict[tuple[str, int], tuple[float, ...]] = {}
@@ -140,13 +154,16 @@ def main() -> None:
             published_size_model(tmp / "model") if args.published_size else ensure_demo_artifact()
         )
         rows["single process", 1], cpu["single process", 1] = measure(tmp, args, model, (), {})
-        for name, env in [("ray", {}), *args.variant]:
+        configs = [(_row_name(name, ingress), ingress, env) for name, env in [("ray", {}), *args.variant]
+                   for ingress in args.ingress]  # fmt: skip
+        for name, ingress, env in configs:
             for n in args.replicas:
-                rows[name, n], cpu[name, n] = measure(tmp, args, model, ("--ray", "--replicas", str(n)), env)
+                flags = ("--ray", "--replicas", str(n), "--ingress", ingress)
+                rows[name, n], cpu[name, n] = measure(tmp, args, model, flags, env)
 
     print(
-        f"model: {model.name}   cores: {os.cpu_count()}   {args.seconds:.0f} s per cell, 1 sentence/request, "
-        f"{args.threads} thread(s) per replica\n"
+        f"model: {model.name}   CPU: {cpu_model()}   cores: {os.cpu_count()}\n"
+        f"{args.seconds:.0f} s per cell, 1 sentence/request, {args.threads} thread(s) per replica\n"
     )
     for name, env in args.variant:
         print(f"{name}: {' '.join(f'{k}={v}' for k, v in env.items())}")

@@ -60,6 +60,14 @@ def serve(
     shard_cpus: Annotated[
         float, typer.Option("--shard-cpus", help="--ray: CPUs Ray reserves per shard.")
     ] = 1.0,
+    ingress: Annotated[
+        str | None,
+        typer.Option(
+            "--ingress",
+            help="--ray: proxy (Serve's HTTP proxy, the default) or direct (each replica serves the port "
+            "itself: faster, see docs/scaling-out.md).",
+        ),
+    ] = None,
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
     from lnserve.app.http.server import serve_app
@@ -83,13 +91,16 @@ def serve(
     configure_logging(settings.log_level)
     settings = demo_if_empty(settings)  # an empty /models volume: the demo, with a warning
     model_dirs = resolve_model_dirs(settings)  # a bad directory or name fails here, as a one-line CLI error
-    ray_flags = (replicas, min_replicas, max_replicas, address)
+    ray_flags = (replicas, min_replicas, max_replicas, address, ingress)
     if not ray and (any(f is not None for f in ray_flags) or shards != 1):
-        raise UserInputError("--replicas, --min-replicas, --max-replicas, --shards and --address need --ray")
+        raise UserInputError(
+            "--replicas, --min-replicas, --max-replicas, --shards, --address and --ingress need --ray"
+        )
     if ray:
         _serve_on_ray(
-            settings, replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus
-        )
+            settings, replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus,
+            ingress or "proxy",
+        )  # fmt: skip
         return
     serve_app(settings, model_dirs)  # a damaged model file or a taken port fails first: one CLI line
 
@@ -99,10 +110,10 @@ def _serve_on_ray(settings: Settings, *flags: Any) -> None:
         from lnserve.app.scale.launch import RayOptions, serve_on_ray
     except ImportError as exc:
         raise UserInputError(f"--ray needs Ray Serve: pip install 'lnserve[ray]' ({exc})") from None
-    replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus = flags
+    replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus, ingress = flags
     opts = RayOptions(
         replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas, shards=shards,
-        address=address, replica_cpus=replica_cpus, shard_cpus=shard_cpus,
+        address=address, replica_cpus=replica_cpus, shard_cpus=shard_cpus, ingress=ingress,
     )  # fmt: skip
     opts.check()
     serve_on_ray(settings, opts)

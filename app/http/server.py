@@ -23,6 +23,7 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.config import LifespanType
 
 from lnserve.app.http.connection_deadlines import deadline_protocol
 from lnserve.app.http.lifecycle import Lifecycle
@@ -60,8 +61,10 @@ def check_models(settings: Settings, model_dirs: ModelDirs | None = None) -> Non
         read_artifact(path)
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (uvicorn listens on it).
+def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A socket bound to ``host:port`` (uvicorn listens on it). ``reuse_port``: other sockets of this user
+    that set it too may bind the same port, and the kernel spreads new connections over them (the Ray
+    replicas of one node, ``lnserve.app.scale.ingress``); a socket without it still finds the port taken.
 
     Raises:
         AddressInUseError: the port is taken.
@@ -72,6 +75,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
     # response written as headers + body waited ~40 ms for the client's delayed ACK)
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -142,23 +147,34 @@ def _serve_on(sock: socket.socket, settings: Settings, model_dirs: ModelDirs) ->
     """Build the app and serve it on ``sock`` until the server stops; returns its lifecycle (``fatal`` is set
     when a model failed while starting)."""
     app: FastAPI = create_app(settings, model_dirs=model_dirs)
+    config = uvicorn_config(app, settings)
+    lifecycle: Lifecycle = app.state.lifecycle
+    server = LnserveServer(config, lifecycle, settings.drain_timeout_s)
+    log.info(
+        "listening on http://%s:%d (http %s, loop %s)",
+        settings.host, sock.getsockname()[1], *fast_paths(),
+    )  # fmt: skip
+    server.run(sockets=[sock])
+    return lifecycle
+
+
+def uvicorn_config(app: FastAPI, settings: Settings, *, lifespan: LifespanType = "auto") -> uvicorn.Config:
+    """uvicorn's configuration for lnserve: the fast paths, the connection deadlines (header and body
+    timeouts) with httptools, no access log of uvicorn's (the app writes its own), the drain's backstop.
+    ``lifespan="off"`` where something else already runs the app's lifespan (a Ray replica)."""
     http, loop = fast_paths()
     protocol = (
         deadline_protocol(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s)
         if http == "httptools"
         else http
     )
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
         http=protocol,
         loop=loop,
+        lifespan=lifespan,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s + _UVICORN_GRACE_S),  # whole seconds
         server_header=False,
     )
-    lifecycle: Lifecycle = app.state.lifecycle
-    server = LnserveServer(config, lifecycle, settings.drain_timeout_s)
-    log.info("listening on http://%s:%d (http %s, loop %s)", settings.host, sock.getsockname()[1], http, loop)
-    server.run(sockets=[sock])
-    return lifecycle

@@ -18,6 +18,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI
@@ -26,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from lnserve.app.http.main import create_app
 from lnserve.app.log_setup import JsonFormatter
 from lnserve.app.scale.galleries import ShardedGalleries
+from lnserve.app.scale.ingress import direct_ingress
 from lnserve.app.scale.metrics import ClusterMetrics, local_families
 from lnserve.app.scale.reload import BROADCAST_TIMEOUT_S, ClusterReload, StagedVersions
 from lnserve.app.serving.registry import WARMUP_SENTENCE, ModelRegistry
@@ -47,6 +49,7 @@ class Topology:
     min_replicas: int | None = None
     max_replicas: int | None = None
     gpus_per_replica: float = 0.0
+    ingress: str = "proxy"  # "direct": each replica serves HTTP itself (scale.ingress)
 
 
 async def probe_models(registry: ModelRegistry) -> None:
@@ -67,8 +70,10 @@ async def probe_models(registry: ModelRegistry) -> None:
 
 def _until_loaded(
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[Any]],
+    then: Callable[[FastAPI], AbstractAsyncContextManager[Any]] | None = None,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[Any]]:
-    """The app's own lifespan, which also waits until every model is loaded (or failed) before serving."""
+    """The app's own lifespan, which also waits until every model is loaded (or failed) before serving;
+    ``then`` (the direct ingress) runs inside it once they are, and stops before the app does."""
 
     @asynccontextmanager
     async def wrapped(app: FastAPI) -> AsyncIterator[Any]:
@@ -76,7 +81,11 @@ def _until_loaded(
             registry: ModelRegistry = app.state.registry
             while any(e.state in ("pending", "loading") for e in registry.entries.values()):
                 await asyncio.sleep(LOAD_POLL_S)
-            yield state
+            if then is None:
+                yield state
+                return
+            async with then(app):
+                yield state
 
     return wrapped
 
@@ -134,7 +143,10 @@ class LnserveReplica:
         app.state.engine = self.engine_info
         app.state.reload = ClusterReload(app.state.registry, self._broadcast)
         self._staged = StagedVersions(app.state.registry)
-        app.router.lifespan_context = _until_loaded(app.router.lifespan_context)
+        direct = self.topology.ingress == "direct"
+        app.router.lifespan_context = _until_loaded(
+            app.router.lifespan_context, partial(direct_ingress, settings=self.settings) if direct else None
+        )
         app.add_middleware(ReplicaHeader, replica=_replica_id)
         self._lnserve_app = app
         return app

@@ -24,6 +24,7 @@ from typing import Any
 
 from lnserve.app.galleries.layout import default_root
 from lnserve.app.scale.deployment import INGRESS_APP, INGRESS_DEPLOYMENT, LnserveReplica, Topology
+from lnserve.app.scale.ingress import INGRESS_MODES
 from lnserve.app.scale.proxy import CALLBACK as PROXY_CALLBACK
 from lnserve.app.scale.shards import GALLERIES_APP, GalleryShard, shard_name
 from lnserve.app.scale.watch import WATCH_PERIOD_S, ClusterLostError, ClusterWatch, exit_now, within
@@ -48,10 +49,18 @@ class RayOptions:
     address: str | None = None
     replica_cpus: float = 1.0
     shard_cpus: float = 1.0
+    ingress: str = "proxy"
 
     def check(self) -> None:
         """Raises UserInputError for flags that contradict each other."""
         autoscale = self.min_replicas is not None or self.max_replicas is not None
+        if self.ingress not in INGRESS_MODES:
+            raise UserInputError(f"--ingress must be one of {', '.join(INGRESS_MODES)}, not {self.ingress!r}")
+        if autoscale and self.ingress == "direct":
+            raise UserInputError(
+                "autoscaling needs --ingress proxy: Serve scales on the requests it routes, and with "
+                "--ingress direct the replicas take their connections themselves (use --replicas N)"
+            )
         if autoscale and self.replicas is not None:
             raise UserInputError(
                 "--replicas is a fixed count: use it or --min-replicas/--max-replicas, not both"
@@ -69,10 +78,13 @@ class RayOptions:
 
     def topology(self, gpus_per_replica: float) -> Topology:
         if self.min_replicas is None:
-            return Topology(self.shards, replicas=self.replicas or 1, gpus_per_replica=gpus_per_replica)
+            return Topology(
+                self.shards, replicas=self.replicas or 1, gpus_per_replica=gpus_per_replica,
+                ingress=self.ingress,
+            )  # fmt: skip
         return Topology(
             self.shards, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
-            gpus_per_replica=gpus_per_replica,
+            gpus_per_replica=gpus_per_replica, ingress=self.ingress,
         )  # fmt: skip
 
 
@@ -178,10 +190,13 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
     import ray
     from ray import serve
 
-    if not opts.address:  # the local proxy binds here: a taken port is a one-line error, before Ray starts
+    direct = opts.ingress == "direct"
+    if direct and settings.port == 0:
+        raise UserInputError("--ingress direct needs a fixed --port: every replica listens on the same one")
+    if not opts.address:  # the local proxy (or replicas) bind here: a taken port is a one-line error first
         from lnserve.app.http.server import bind_socket
 
-        bind_socket(settings.host, settings.port).close()
+        bind_socket(settings.host, settings.port).close()  # not shareable: fails if anything listens there
     _start_ray(opts)
     stop = threading.Event()
     serving = threading.Event()
@@ -199,8 +214,13 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
         gpus = 1.0 if wants_gpu(settings, ray.cluster_resources().get("GPU", 0.0)) else 0.0
         topology = opts.topology(gpus)
         root = Path(settings.galleries_dir).expanduser() if settings.galleries_dir else default_root()
-        serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config=QUIET)
-        _check_proxy_address(settings)
+        serve.start(
+            proxy_location="Disabled" if direct else None,  # direct: the replicas are the HTTP servers
+            http_options={"host": settings.host, "port": settings.port},
+            logging_config=QUIET,
+        )
+        if not direct:
+            _check_proxy_address(settings)
         deployed = True
         serve.run(
             build_galleries_app(root, opts.shards, opts.shard_cpus, settings.scorer),
@@ -213,9 +233,10 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
             build_ingress_app(settings, topology, opts.replica_cpus), name=INGRESS_APP, route_prefix="/"
         )
         log.info(
-            "serving on ray at http://%s:%d (%s, %d shards)", settings.host, settings.port,
+            "serving on ray at http://%s:%d (%s, %d shards, %s)", settings.host, settings.port,
             f"{topology.replicas} replicas" if topology.replicas else
             f"{topology.min_replicas}-{topology.max_replicas} replicas", opts.shards,
+            "direct ingress: every node's replicas listen on this port" if direct else "Serve's proxy",
         )  # fmt: skip
         serving.set()
         stop.wait()

@@ -1,6 +1,7 @@
 """The ``lnserve serve --ray`` driver's own life on a real local Ray instance (127.0.0.1): SIGTERM ends it
 within the drain timeout, and a cluster that goes away (its GCS killed with SIGKILL) ends it with one line,
-``lnserve: error [cluster_lost]: ...``, and exit 1, instead of hanging in Ray's retries."""
+``lnserve: error [cluster_lost]: ...``, and exit 1, instead of hanging in Ray's retries. Behind Serve's
+proxy and with direct ingress alike."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ DRAIN_S = 6.0
 EXIT_SLACK_S = 3.0  # the interpreter's own exit after the driver is done
 
 
-def _start(tmp_path: Path) -> LiveServer:
+INGRESSES = pytest.mark.parametrize("ingress", ["proxy", "direct"])
+
+
+def _start(tmp_path: Path, ingress: str) -> LiveServer:
     env = {"LNSERVE_DRAIN_TIMEOUT_S": str(DRAIN_S), "LNSERVE_SCORER": "numpy"}
-    return start_server(tmp_path, "--ray", "--replicas", "1", env=env, timeout=300)
+    return start_server(tmp_path, "--ray", "--replicas", "1", "--ingress", ingress, env=env, timeout=300)
 
 
 def _descendants(pid: int) -> dict[int, str]:
@@ -51,8 +55,9 @@ def _descendants(pid: int) -> dict[int, str]:
     return found
 
 
-def test_sigterm_ends_the_driver_within_the_drain_timeout(tmp_path: Path) -> None:
-    server = _start(tmp_path)
+@INGRESSES
+def test_sigterm_ends_the_driver_within_the_drain_timeout(tmp_path: Path, ingress: str) -> None:
+    server = _start(tmp_path, ingress)
     assert httpx.post(f"{server.url}/encode", json={"sentences": ["a dog"]}, timeout=60).status_code == 200
     began = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
@@ -66,8 +71,9 @@ def test_sigterm_ends_the_driver_within_the_drain_timeout(tmp_path: Path) -> Non
     assert time.monotonic() - began <= DRAIN_S + EXIT_SLACK_S
 
 
-def test_a_lost_cluster_ends_the_driver_with_one_line(tmp_path: Path) -> None:
-    server = _start(tmp_path)
+@INGRESSES
+def test_a_lost_cluster_ends_the_driver_with_one_line(tmp_path: Path, ingress: str) -> None:
+    server = _start(tmp_path, ingress)
     try:
         gcs = [p for p, cmd in _descendants(server.proc.pid).items() if "gcs_server" in cmd]
         assert gcs, "no gcs_server below the driver"

@@ -2,7 +2,8 @@
 127.0.0.1): the reload reaches both replicas (``/models`` shows one sha256 whichever replica answers, and
 both encode with the new weights); a reload that cannot load answers 422 ``reload_failed`` and both
 replicas keep the version they served; a replica started later (the replacement of one killed with
-SIGKILL) loads the current version, not the one the service started with."""
+SIGKILL) loads the current version, not the one the service started with. Both ingresses: behind Serve's
+proxy, and with the replicas serving the port themselves (``--ingress direct``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ pytest.importorskip("ray.serve", reason="needs the ray extra: pip install 'lnser
 pytestmark = pytest.mark.ray
 
 POLL_LIMIT = 400  # routing is random: requests until every replica has answered
+CLOSE = {"Connection": "close"}  # a new connection per request: with direct ingress one sticks to a replica
 
 
 def _per_replica(c: httpx.Client, request: Callable[[], httpx.Response], replicas: int = 2) -> dict[str, Any]:
@@ -40,16 +42,17 @@ def _per_replica(c: httpx.Client, request: Callable[[], httpx.Response], replica
 
 
 def _shas(c: httpx.Client) -> dict[str, str]:
-    got = _per_replica(c, lambda: c.get("/models"))
+    got = _per_replica(c, lambda: c.get("/models", headers=CLOSE))
     return {rep: next(m["sha256"] for m in body["models"] if m["name"] == NAME) for rep, body in got.items()}
 
 
 def _vectors(c: httpx.Client) -> dict[str, np.ndarray]:
-    got = _per_replica(c, lambda: c.post("/encode", json={"sentences": CAPTIONS}))
+    got = _per_replica(c, lambda: c.post("/encode", json={"sentences": CAPTIONS}, headers=CLOSE))
     return {rep: np.asarray(body["vectors"], dtype=np.float32) for rep, body in got.items()}
 
 
-def test_reload_reaches_every_replica_all_or_none(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ingress", ["proxy", "direct"])
+def test_reload_reaches_every_replica_all_or_none(tmp_path: Path, ingress: str) -> None:
     model_dir = tmp_path / "models" / NAME
     model_dir.parent.mkdir()
     _convert(model_dir)
@@ -58,7 +61,7 @@ def test_reload_reaches_every_replica_all_or_none(tmp_path: Path) -> None:
     _convert(snapshot, tuned=True)
     v2 = _expected(snapshot)
     server = start_server(
-        tmp_path, "--ray", "--replicas", "2", "--models", str(model_dir),
+        tmp_path, "--ray", "--replicas", "2", "--ingress", ingress, "--models", str(model_dir),
         env={"LNSERVE_API_KEY": KEY, "LNSERVE_SCORER": "numpy"}, timeout=300,
     )  # fmt: skip
     try:
@@ -92,7 +95,7 @@ def test_reload_reaches_every_replica_all_or_none(tmp_path: Path) -> None:
             weights.write_bytes(good)
 
             # a replica started later (a replacement) loads the current version, not the start-up one
-            answers = _per_replica(c, lambda: c.get("/info"))
+            answers = _per_replica(c, lambda: c.get("/info", headers=CLOSE))
             pids = {rep: body["engine"]["pid"] for rep, body in answers.items()}
             victim = next(iter(pids))
             os.kill(pids[victim], signal.SIGKILL)
@@ -102,7 +105,7 @@ def test_reload_reaches_every_replica_all_or_none(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, f"the killed replica was not replaced: {shas}"
                 time.sleep(0.2)
                 try:
-                    r = c.get("/models")
+                    r = c.get("/models", headers=CLOSE)
                 except httpx.TransportError:
                     continue
                 if r.status_code == 200:

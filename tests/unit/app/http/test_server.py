@@ -54,3 +54,22 @@ def test_uvicorn_runs_on_httptools_and_uvloop_where_they_install() -> None:
     from lnserve.app.http.server import fast_paths
 
     assert fast_paths() == ("httptools", "uvloop")
+
+
+def test_sockets_that_share_the_port_bind_it_together_and_others_find_it_taken() -> None:
+    """The direct ingress's replicas (``reuse_port``) share one port; a server that does not share it,
+    such as the driver's check before it starts Ray, finds the port taken while any of them listens."""
+    first = bind_socket("127.0.0.1", 0, reuse_port=True)
+    try:
+        first.listen()
+        port = first.getsockname()[1]
+        second = bind_socket("127.0.0.1", port, reuse_port=True)
+        try:
+            second.listen()
+            assert second.getsockname()[1] == port
+            with pytest.raises(AddressInUseError):
+                bind_socket("127.0.0.1", port)
+        finally:
+            second.close()
+    finally:
+        first.close()
