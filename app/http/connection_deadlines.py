@@ -43,7 +43,7 @@ class DeadlineProtocol(LossSignallingProtocol):
     header_timeout_s = 10.0
     body_timeout_s = 30.0
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._begun = False  # bytes of a request have arrived (so a 408 answers something)
