@@ -141,7 +141,10 @@ class LnserveReplica:
         app.state.galleries = ShardedGalleries.connect(self.topology.shards)
         app.state.metrics = ClusterMetrics(app.state.metrics, self._handle)
         app.state.engine = self.engine_info
-        app.state.reload = ClusterReload(app.state.registry, self._broadcast)
+        expected = self.topology.replicas or self.topology.min_replicas or 1
+        app.state.reload = ClusterReload(
+            app.state.registry, self._broadcast, identity=_replica_id, expected=expected
+        )
         self._staged = StagedVersions(app.state.registry)
         direct = self.topology.ingress == "direct"
         app.router.lifespan_context = _until_loaded(
@@ -164,6 +167,9 @@ class LnserveReplica:
         return await response.results_async(timeout_s=BROADCAST_TIMEOUT_S, return_exceptions=True)
 
     # the two-phase reload (scale.reload): called on every replica by the coordinating one
+    async def replica_identity(self) -> str:
+        return _replica_id()
+
     async def stage_reload(self, token: str, name: str) -> tuple[str, Any]:
         assert self._staged is not None
         return await self._staged.stage(token, name)

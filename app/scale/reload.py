@@ -7,9 +7,13 @@ otherwise every replica *aborts* (drops what it staged) and keeps the old versio
 ``422 reload_failed`` naming the replicas that failed and why. Gallery shards hold no model (queries reach
 them as vectors with the model's identity), so the replicas are all there is to reload.
 
-A replica that starts later (a replacement, an autoscaled one) loads the model's directory, which is the
-version the last successful reload staged. What one replica staged and never heard back about (its
-coordinator died) is dropped after ``STAGED_TTL_S``.
+Before staging, the coordinator waits until the broadcast reaches itself and the deployment's replica
+count: a replica may answer requests before Serve lists it as running (with ``--ingress direct`` it serves
+its port from its own start-up), and a reload whose broadcast missed the coordinator would answer with the
+old version; one that missed another replica would leave that one on it. A replica that starts later (a
+replacement, an autoscaled one) loads the model's directory, which is the version the last successful
+reload staged. What one replica staged and never heard back about (its coordinator died) is dropped after
+``STAGED_TTL_S``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ log = logging.getLogger("lnserve.scale.reload")
 
 BROADCAST_TIMEOUT_S = 600.0  # staging loads and warms a model on every replica
 STAGED_TTL_S = BROADCAST_TIMEOUT_S + 60.0
+MEMBERSHIP_WAIT_S = 60.0  # Serve's controller lists a started replica as running within seconds
+MEMBERSHIP_POLL_S = 0.2
 Broadcast = Callable[..., Awaitable[list[Any]]]  # (method, *args) -> one result or exception per replica
 
 
@@ -75,14 +81,18 @@ class StagedVersions:
 class ClusterReload:
     """The coordinator's side, in whichever replica took the request."""
 
-    def __init__(self, registry: ModelRegistry, broadcast: Broadcast) -> None:
+    def __init__(
+        self, registry: ModelRegistry, broadcast: Broadcast, *, identity: Callable[[], str], expected: int = 1
+    ) -> None:
         self.registry, self.broadcast = registry, broadcast
+        self.identity, self.expected = identity, expected  # this replica's id; the replicas there should be
         self._lock = asyncio.Lock()  # one reload at a time through this replica
 
     async def __call__(self, name: str) -> ModelEntry:
         self.registry.get(name)  # ModelNotFoundError (404) before anything is loaded
         token = uuid.uuid4().hex
         async with self._lock:
+            await self._await_membership(name)
             staged = await self.broadcast("stage_reload", token, name)
             failures = [f for f in map(_failure, staged) if f is not None]
             shas = {r[1] for r in staged if _failure(r) is None}
@@ -102,6 +112,34 @@ class ClusterReload:
                 log.warning("reload of model %s: %d replica(s) did not confirm the swap", name, len(lost))
             log.info("model %s reloaded on %d replicas", name, len(staged))
         return self.registry.get(name)
+
+    async def _await_membership(self, name: str) -> None:
+        """Return once a broadcast reaches this replica and ``expected`` replicas in all.
+
+        Raises:
+            ReloadFailedError: after ``MEMBERSHIP_WAIT_S``, the broadcast still misses this replica.
+        """
+        me = self.identity()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MEMBERSHIP_WAIT_S
+        while True:
+            try:
+                answers = await self.broadcast("replica_identity")
+            except Exception as exc:  # no replica listed yet (Serve's DeploymentUnavailableError)
+                log.info("reload of model %s: the replicas are not listed yet (%s)", name, exc)
+                answers = []
+            members = {a for a in answers if isinstance(a, str)}
+            if me in members and len(members) >= self.expected:
+                return
+            if loop.time() >= deadline:
+                if me in members:  # one is missing for good (died, scaled down): its successor loads it
+                    log.warning("reload of %s reaches %d of %d replicas", name, len(members), self.expected)
+                    return
+                raise ReloadFailedError(
+                    f"model {name!r} was not reloaded, the old version serves on: the replica that took the "
+                    "request is not yet listed by the cluster (it is still starting); retry in a few seconds"
+                )
+            await asyncio.sleep(MEMBERSHIP_POLL_S)
 
     async def _abort(self, token: str) -> None:
         for result in await self.broadcast("abort_reload", token):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lnserve.app.scale import reload as reload_module
 from lnserve.app.scale.reload import ClusterReload, StagedVersions
 from lnserve.app.serving.registry import ModelRegistry, ReloadFailedError
 from lnserve.app.settings import Settings
@@ -52,16 +53,28 @@ async def _replicas(tmp_path: Path, dirs: list[Path]) -> list[tuple[ModelRegistr
     return out
 
 
-def _fan_out(replicas: list[tuple[ModelRegistry, StagedVersions]]) -> Any:
+Replicas = list[tuple[ModelRegistry, StagedVersions]]
+
+
+def _fan_out(replicas: Replicas, listed: list[set[int]] | None = None) -> Any:
+    """Ray's ``broadcast`` as a gather; replica i's identity is ``str(i)``. ``listed``: the replicas that the
+    successive broadcasts reach (Serve's view while replicas start), the last one from then on."""
+    calls = {"stage_reload": "stage", "commit_reload": "commit", "abort_reload": "abort"}
+    views = list(listed or [set(range(len(replicas)))])
+
     async def broadcast(method: str, *args: Any) -> list[Any]:
-        calls = {"stage_reload": "stage", "commit_reload": "commit", "abort_reload": "abort"}
-        return list(
-            await asyncio.gather(
-                *(getattr(staged, calls[method])(*args) for _, staged in replicas), return_exceptions=True
-            )
-        )
+        view = views.pop(0) if len(views) > 1 else views[0]
+        reached = [(i, staged) for i, (_, staged) in enumerate(replicas) if i in view]
+        if method == "replica_identity":
+            return [str(i) for i, _ in reached]
+        calls_made = (getattr(s, calls[method])(*args) for _, s in reached)
+        return list(await asyncio.gather(*calls_made, return_exceptions=True))
 
     return broadcast
+
+
+def _coordinator(replicas: Replicas, i: int, **fan_out: Any) -> ClusterReload:
+    return ClusterReload(replicas[i][0], _fan_out(replicas, **fan_out), identity=lambda: str(i), expected=2)
 
 
 def _sha(registry: ModelRegistry) -> str:
@@ -85,7 +98,7 @@ def test_a_reload_one_replica_cannot_stage_leaves_every_replica_on_the_old_versi
         replicas = await _replicas(tmp_path, dirs)
         try:
             v1_sha, v1_vec = _sha(replicas[0][0]), await _vector(replicas[0][0])
-            reload = ClusterReload(replicas[0][0], _fan_out(replicas))
+            reload = _coordinator(replicas, 0)
             # replica a finds v2, replica b a damaged copy: a loads and warms v2, then drops it
             _install(versions["v2"], dirs[0])
             weights = next(p for p in dirs[1].iterdir() if p.suffix in (".safetensors", ".npz", ".onnx"))
@@ -125,8 +138,59 @@ def test_replicas_that_read_different_versions_do_not_swap(tmp_path: Path, versi
             v1_sha = _sha(replicas[0][0])
             _install(versions["v2"], dirs[0])
             with pytest.raises(ReloadFailedError, match="replicas read different versions"):
-                await ClusterReload(replicas[1][0], _fan_out(replicas))(NAME)
+                await _coordinator(replicas, 1)(NAME)
             assert {_sha(r) for r, _ in replicas} == {v1_sha}
+        finally:
+            for registry, _ in replicas:
+                await registry.close()
+
+    asyncio.run(main())
+
+
+def test_a_reload_waits_until_the_broadcast_reaches_the_coordinator_and_every_replica(
+    tmp_path: Path, versions: dict[str, Path]
+) -> None:
+    """A replica that serves before Serve lists it (``--ingress direct`` while starting) takes a reload: a
+    broadcast that missed it would answer with the old version, or leave a missed replica on it."""
+    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
+    for d in dirs:
+        _install(versions["v1"], d)
+
+    async def main() -> None:
+        replicas = await _replicas(tmp_path, dirs)
+        try:
+            v1_sha = _sha(replicas[0][0])
+            for d in dirs:
+                _install(versions["v2"], d)
+            # Serve lists neither, then only the other one, then both
+            entry = await _coordinator(replicas, 0, listed=[set(), {1}, {1}, {0, 1}])(NAME)
+            v2_sha = entry.describe(default=True)["sha256"]
+            assert v2_sha != v1_sha and {_sha(r) for r, _ in replicas} == {v2_sha}
+        finally:
+            for registry, _ in replicas:
+                await registry.close()
+
+    asyncio.run(main())
+
+
+def test_a_coordinator_the_cluster_never_lists_reloads_nothing(
+    tmp_path: Path, versions: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reload_module, "MEMBERSHIP_WAIT_S", 0.5)
+    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
+    for d in dirs:
+        _install(versions["v1"], d)
+
+    async def main() -> None:
+        replicas = await _replicas(tmp_path, dirs)
+        try:
+            v1_sha = _sha(replicas[0][0])
+            for d in dirs:
+                _install(versions["v2"], d)
+            with pytest.raises(ReloadFailedError, match="not yet listed by the cluster"):
+                await _coordinator(replicas, 0, listed=[{1}])(NAME)
+            assert {_sha(r) for r, _ in replicas} == {v1_sha}
+            assert not any(staged._staged for _, staged in replicas)
         finally:
             for registry, _ in replicas:
                 await registry.close()
