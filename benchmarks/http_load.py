@@ -20,6 +20,10 @@ are pessimistic. Not a test: run it by hand.
 
     python benchmarks/http_load.py [--models DIR] [--seconds 3] [--concurrency 1 4 16 64]
 
+``--variant KEY=VALUE...`` adds one more lnserve server with those settings (e.g.
+``LNSERVE_INLINE_BATCH_MAX_MS=0``, every batch in the model's worker thread), measured in the same
+interleaved rounds; a second table compares it with the default server and the bare app.
+
 ``--open-loop RATE...`` measures overload instead: requests are sent at a fixed rate whatever the server
 does (a new connection whenever none is idle), each latency counted from the request's scheduled send time,
 so a server that falls behind cannot hide it. A rate ``Nx`` is N times the saturation measured in the same
@@ -381,6 +385,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="Intra-op threads for server and in-process.")
     ap.add_argument("--rounds", type=int, default=2, help="Interleaved repeats per cell; the best is kept.")
     ap.add_argument(
+        "--variant",
+        nargs="+",
+        metavar="KEY=VALUE",
+        default=[],
+        help="One more lnserve server with these LNSERVE_* settings, measured beside the default one.",
+    )
+    ap.add_argument(
         "--open-loop",
         nargs="+",
         metavar="RATE",
@@ -403,6 +414,9 @@ def main() -> None:
             "LNSERVE_MAX_INFLIGHT": "100000",  # throughput, not admission control, is measured here
         }
         labels = {"micro-batching": {}, "batch size 1": {"LNSERVE_MAX_BATCH_SIZE": "1"}}
+        variant = dict(kv.split("=", 1) for kv in args.variant)
+        if variant:
+            labels["variant"] = variant
         servers: dict[str, Any] = {
             label: start_server(tmp, "--models", str(model), env={**env, **extra})
             for label, extra in labels.items()
@@ -462,6 +476,17 @@ def main() -> None:
             f"| {one[0]:,.0f} | {one[1]:.1f} | {one[2]:.1f} | {m[0] / one[0]:.2f}x "
             f"| {bare[0]:,.0f} | {bare[1]:.1f} | {m[0] / bare[0]:.2f} |"
         )
+    if variant:
+        print(f"\nvariant: {' '.join(args.variant)}, same rounds\n")
+        cols = ["concurrency", "default req/s", "p50 ms", "vs bare", "variant req/s", "p50 ms", "vs bare"]
+        print("| " + " | ".join([*cols, "default / variant"]) + " |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for c in args.concurrency:
+            m, v, bare = by[("micro-batching", c)], by[("variant", c)], by[("bare framework", c)]
+            print(
+                f"| {c} | {m[0]:,.0f} | {m[1]:.2f} | {m[0] / bare[0]:.2f} | {v[0]:,.0f} | {v[1]:.2f} "
+                f"| {v[0] / bare[0]:.2f} | {m[0] / v[0]:.2f}x |"
+            )
     if 1 in args.concurrency:
         idle, engine_p50 = by[("micro-batching", 1)][1], base[1][1]
         print(
