@@ -140,6 +140,14 @@ class Settings(BaseSettings):
         description="Requests from one client address (an IPv6 /64) whose body is still arriving; one more "
         "is 429 overloaded. Bodies that arrive with their headers never count. 0: no limit.",
     )
+    body_arrival_grace_ms: float | None = Field(
+        None,
+        ge=0,
+        description="How long the body of a request from a client at max_body_reads_per_client may take to "
+        "arrive whole before the request is refused. Unset: 0 for lnserve serve (a body that comes with its "
+        "headers is there at once), 1000 in a Ray replica behind Serve's proxy (every body arrives through a "
+        "call to the proxy).",
+    )
 
     # micro-batching and backpressure
     max_batch_size: int = Field(64, ge=1, description="Sentences per model call.")

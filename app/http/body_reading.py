@@ -8,7 +8,10 @@ they can still hold is bounded here:
 * time: the body must arrive within ``body_timeout_s`` of the headers, else 408 ``request_timeout``;
 * number: one client address (an IPv6 /64) may have at most ``max_body_reads_per_client`` requests whose
   body is still arriving (the server waits for its bytes); one more is 429 ``overloaded`` unless its body
-  is there whole already. A body that arrives with its headers (nearly every request) is read at once;
+  is there whole already (or arrives whole within ``grace_s``, or the client's other bodies have arrived
+  meanwhile). A body that arrives with its headers (nearly every request) is read at once. Behind Ray
+  Serve's proxy no body is ever there at once (each read is a call to the proxy): the grace is what lets
+  concurrent clients behind one address through there;
 * size: ``max_body_bytes`` (413 ``request_too_large``), counted as it arrives (chunked bodies too).
 """
 
@@ -51,8 +54,10 @@ class BodyReader:
         max_bytes: int,
         timeout_s: float,
         per_client: int,
+        grace_s: float = 0.0,
     ) -> None:
         self.max_bytes, self.timeout_s, self.per_client = max_bytes, timeout_s, per_client
+        self.grace_s = grace_s  # how long a body of a client at its bound may take to arrive whole
         self._reading: Counter[str] = Counter()
         self.arriving = 0  # bodies arriving now (the lnserve_bodies_arriving gauge reads it)
 
@@ -109,14 +114,41 @@ class BodyReader:
             self._leave(key)
 
     async def _here_whole(self, receive: Receive, key: str) -> Message:
-        """The whole body, if it is here already; else (its client is at its bound) OverloadedError."""
-        pending = asyncio.ensure_future(receive())
-        await asyncio.sleep(0)  # the read runs up to its first wait, if it has one
-        if pending.done() and not pending.result().get("more_body", False):
-            return pending.result()
+        """The whole body as one message, if it is here at once or arrives within ``grace_s``, or once the
+        client's other bodies have arrived meanwhile (it is no longer at its bound); else OverloadedError."""
+        chunks: list[bytes] = []
+        size = 0
+
+        async def whole() -> Message:
+            nonlocal size
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return message  # the disconnect, for the caller
+                chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                if size > self.max_bytes:
+                    raise RequestTooLargeError(too_large(self.max_bytes))
+                if not message.get("more_body", False):
+                    return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        pending = asyncio.ensure_future(whole())
+        try:
+            if self.grace_s > 0:
+                await asyncio.wait({pending}, timeout=self.grace_s)
+            else:
+                await asyncio.sleep(0)  # the read runs up to its first wait, if it has one
+            if pending.done():
+                return pending.result()
+            others = self._reading[key] - 1
+            if others < self.per_client:  # the client's other bodies arrived meanwhile: read on
+                return await pending
+        except BaseException:
+            pending.cancel()
+            raise
         pending.cancel()
         raise OverloadedError(
-            f"{self._reading[key] - 1} requests from this client are still sending their bodies "
+            f"{others} requests from this client are still sending their bodies "
             f"(max_body_reads_per_client {self.per_client}); retry later"
         )
 

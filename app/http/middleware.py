@@ -78,6 +78,7 @@ class RequestContextMiddleware:
         lifecycle: Lifecycle,
         body_timeout_s: float = 30.0,
         max_body_reads_per_client: int = 8,
+        body_arrival_grace_s: float = 0.0,
         routes: Sequence[BaseRoute] = (),
         public_prefixes: tuple[str, ...] = (),
     ) -> None:
@@ -91,6 +92,7 @@ class RequestContextMiddleware:
             max_bytes=max_body_bytes,
             timeout_s=body_timeout_s,
             per_client=max_body_reads_per_client,
+            grace_s=body_arrival_grace_s,
         )
         metrics.watch(inflight=lambda: lifecycle.inflight, bodies_arriving=lambda: self.bodies.arriving)
 

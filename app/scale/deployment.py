@@ -38,6 +38,9 @@ log = logging.getLogger("lnserve.scale")
 INGRESS_APP = "lnserve"
 INGRESS_DEPLOYMENT = "lnserve"
 LOAD_POLL_S = 0.05
+# behind Serve's proxy each body read is a call to the proxy, so no body is ever there at once: 32 clients
+# behind one address (a gateway, a batch job) got 429 for half their requests with no grace
+PROXY_BODY_GRACE_MS = 1000.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,8 @@ class LnserveReplica:
     """One replica: the FastAPI app built late (``__serve_build_asgi_app__``), in the replica's process."""
 
     def __init__(self, settings: Settings, topology: Topology) -> None:
+        if topology.ingress == "proxy" and settings.body_arrival_grace_ms is None:
+            settings = settings.model_copy(update={"body_arrival_grace_ms": PROXY_BODY_GRACE_MS})
         self.settings, self.topology = settings, topology
         self._lnserve_app: FastAPI | None = None
         self._self_handle: Any = None

@@ -11,6 +11,7 @@ every acknowledged item still there; the replica replaced).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -240,6 +241,25 @@ def test_a_gallery_damaged_on_one_shard_is_quarantined_while_the_rest_serves(
     while "gallery rotten is corrupt and quarantined" not in servers[0].log() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "gallery rotten is corrupt and quarantined" in servers[0].log()
+
+
+def test_concurrent_clients_behind_one_address_are_all_served(ray_client: httpx.Client) -> None:
+    """32 clients from one address (a gateway, a batch job) behind Serve's proxy: every body reaches a
+    replica through calls to the proxy, so none is there at once; the per-client bound on bodies arriving
+    (8) refused about half of these with 429 before the replicas gave bodies a grace to arrive."""
+
+    async def main() -> list[int]:
+        limits = httpx.Limits(max_connections=32)
+        async with httpx.AsyncClient(base_url=ray_client.base_url, timeout=120.0, limits=limits) as c:
+
+            async def client(i: int) -> list[int]:
+                sentences = [[CAPTIONS[(i + k) % len(CAPTIONS)]] for k in range(4)]
+                return [(await c.post("/encode", json={"sentences": s})).status_code for s in sentences]
+
+            return [code for codes in await asyncio.gather(*(client(i) for i in range(32))) for code in codes]
+
+    statuses = asyncio.run(main())
+    assert statuses == [200] * 128, {code: statuses.count(code) for code in set(statuses)}
 
 
 def test_replica_killed_under_load(ray_client: httpx.Client) -> None:

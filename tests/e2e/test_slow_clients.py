@@ -190,3 +190,65 @@ def test_silent_bodies_hold_no_inflight_slot(patient: LiveServer) -> None:
         for conn in silent:
             conn.close()
     _wait_for(lambda: _metric(patient, "lnserve_bodies_arriving") == 0, "the silent clients gone")
+
+
+GRACE_S = 5.0  # of the ``graceful`` server: far above a body sent 0.1 s after its headers on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def graceful(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """Two bodies arriving per client, and a grace for a third (what a Ray replica behind Serve's proxy
+    gets by default)."""
+    env = {
+        "LNSERVE_BODY_TIMEOUT_S": "120",
+        "LNSERVE_MAX_BODY_READS_PER_CLIENT": "2",
+        "LNSERVE_BODY_ARRIVAL_GRACE_MS": str(GRACE_S * 1000),
+    }
+    srv = start_server(tmp_path_factory.mktemp("graceful"), env=env)
+    yield srv
+    srv.stop()
+
+
+def test_a_client_at_its_bound_gets_the_grace_for_its_next_body(graceful: LiveServer) -> None:
+    """At its bound (two silent bodies), a client's third request is served when its body arrives within
+    the grace, or when one of its other bodies arrives meanwhile; a body that does neither is refused when
+    the grace ends, as at once without one."""
+    body = json.dumps({"sentences": ["a red circle on the left"]}).encode()
+    source = "127.0.0.9"
+    silent = [RawConnection(graceful.url, source=source) for _ in range(2)]
+    try:
+        for conn in silent:
+            conn.send_head("POST", "/encode", JSON, len(body))
+            conn.sock.sendall(body[:1])
+        _wait_for(lambda: _metric(graceful, "lnserve_bodies_arriving") == 2, "two silent bodies")
+
+        with RawConnection(graceful.url, source=source) as late:  # the rest comes 0.1 s later
+            late.send_head("POST", "/encode", JSON, len(body))
+            late.sock.sendall(body[:1])
+            time.sleep(0.1)
+            late.sock.sendall(body[1:])
+            r = late.read_response()
+            assert r.status == 200, r.body
+
+        with RawConnection(graceful.url, source=source) as stalled:  # never more than a byte
+            started = time.monotonic()
+            stalled.send_head("POST", "/encode", JSON, len(body))
+            stalled.sock.sendall(body[:1])
+            r = stalled.read_response()
+            assert r.status == 429 and r.json()["error"]["code"] == "overloaded", r.body
+            assert "2 requests from this client are still sending" in r.json()["error"]["message"]
+            assert time.monotonic() - started >= GRACE_S - 0.5  # not at once: after the grace
+            assert _closed(stalled)
+
+        with RawConnection(graceful.url, source=source) as waiting:  # another of the client's bodies arrives
+            waiting.send_head("POST", "/encode", JSON, len(body))
+            waiting.sock.sendall(body[:1])
+            _wait_for(lambda: _metric(graceful, "lnserve_bodies_arriving") == 3, "the third body waiting")
+            silent[0].sock.sendall(body[1:])
+            assert silent[0].read_response().status == 200
+            waiting.sock.sendall(body[1:])
+            r = waiting.read_response()
+            assert r.status == 200, r.body
+    finally:
+        for conn in silent:
+            conn.close()
