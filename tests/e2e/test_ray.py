@@ -11,7 +11,6 @@ every acknowledged item still there; the replica replaced).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import threading
@@ -246,30 +245,28 @@ def test_a_gallery_damaged_on_one_shard_is_quarantined_while_the_rest_serves(
 def test_concurrent_clients_behind_one_address_are_all_served(ray_client: httpx.Client) -> None:
     """32 clients from one address (a gateway, a batch job) behind Serve's proxy: every body reaches a
     replica through calls to the proxy, so none is there at once; the per-client bound on bodies arriving
-    (8) refused about half of these with 429 before the replicas gave bodies a grace to arrive."""
+    (8) refused about half of these with 429 before the replicas gave bodies a grace to arrive. (Threads,
+    not asyncio.run: this process's implicit event loop, which a library created, must stay referenced.)"""
+    start = threading.Barrier(32)
 
-    async def main() -> list[int]:
-        limits = httpx.Limits(max_connections=32)
-        async with httpx.AsyncClient(base_url=ray_client.base_url, timeout=120.0, limits=limits) as c:
+    def client(i: int) -> list[int]:
+        with httpx.Client(base_url=ray_client.base_url, timeout=120.0) as c:
+            start.wait(60)
+            sentences = [[CAPTIONS[(i + k) % len(CAPTIONS)]] for k in range(4)]
+            return [c.post("/encode", json={"sentences": s}).status_code for s in sentences]
 
-            async def client(i: int) -> list[int]:
-                sentences = [[CAPTIONS[(i + k) % len(CAPTIONS)]] for k in range(4)]
-                return [(await c.post("/encode", json={"sentences": s})).status_code for s in sentences]
-
-            return [code for codes in await asyncio.gather(*(client(i) for i in range(32))) for code in codes]
-
-    statuses = asyncio.run(main())
+    with ThreadPoolExecutor(32) as pool:
+        statuses = [code for codes in pool.map(client, range(32)) for code in codes]
     assert statuses == [200] * 128, {code: statuses.count(code) for code in set(statuses)}
 
 
 def test_replica_killed_under_load(ray_client: httpx.Client) -> None:
     pids: dict[str, int] = {}
-    for _ in range(200):
+    seen_by = time.monotonic() + 120  # by time: right after a load Serve's router may favour one replica
+    while len(pids) < 2 and time.monotonic() < seen_by:
         engine = _ok(ray_client.get("/info"))["engine"]
         pids[engine["replica"]] = engine["pid"]
-        if len(pids) == 2:
-            break
-    assert len(pids) == 2
+    assert len(pids) == 2, pids
     _ok(ray_client.post("/galleries", json={"name": "load", "kind": "images", "model": MODELS[0]}), 201)
     acked: list[str] = []
     statuses: list[int] = []
