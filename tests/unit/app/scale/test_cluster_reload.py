@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,22 @@ async def _replicas(tmp_path: Path, dirs: list[Path]) -> list[tuple[ModelRegistr
 Replicas = list[tuple[ModelRegistry, StagedVersions]]
 
 
+@asynccontextmanager
+async def _two_replicas_on_v1(
+    tmp_path: Path, versions: dict[str, Path]
+) -> AsyncIterator[tuple[Replicas, list[Path]]]:
+    """Two replicas, each serving v1 from its own copy of the model's directory; closed on the way out."""
+    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
+    for d in dirs:
+        _install(versions["v1"], d)
+    replicas = await _replicas(tmp_path, dirs)
+    try:
+        yield replicas, dirs
+    finally:
+        for registry, _ in replicas:
+            await registry.close()
+
+
 def _fan_out(replicas: Replicas, listed: list[set[int]] | None = None) -> Any:
     """Ray's ``broadcast`` as a gather; replica i's identity is ``str(i)``. ``listed``: the replicas that the
     successive broadcasts reach (Serve's view while replicas start), the last one from then on."""
@@ -90,13 +108,8 @@ async def _vector(registry: ModelRegistry) -> np.ndarray:
 def test_a_reload_one_replica_cannot_stage_leaves_every_replica_on_the_old_version(
     tmp_path: Path, versions: dict[str, Path]
 ) -> None:
-    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
-    for d in dirs:
-        _install(versions["v1"], d)
-
     async def main() -> None:
-        replicas = await _replicas(tmp_path, dirs)
-        try:
+        async with _two_replicas_on_v1(tmp_path, versions) as (replicas, dirs):
             v1_sha, v1_vec = _sha(replicas[0][0]), await _vector(replicas[0][0])
             reload = _coordinator(replicas, 0)
             # replica a finds v2, replica b a damaged copy: a loads and warms v2, then drops it
@@ -119,30 +132,20 @@ def test_a_reload_one_replica_cannot_stage_leaves_every_replica_on_the_old_versi
             got = [await _vector(r) for r, _ in replicas]
             np.testing.assert_array_equal(got[0], got[1])
             assert np.abs(got[0] - v1_vec).max() > 1e-3
-        finally:
-            for registry, _ in replicas:
-                await registry.close()
 
     asyncio.run(main())
 
 
 def test_replicas_that_read_different_versions_do_not_swap(tmp_path: Path, versions: dict[str, Path]) -> None:
     """Each stages fine but not the same bytes (the directory changed between them): none swaps."""
-    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
-    for d in dirs:
-        _install(versions["v1"], d)
 
     async def main() -> None:
-        replicas = await _replicas(tmp_path, dirs)
-        try:
+        async with _two_replicas_on_v1(tmp_path, versions) as (replicas, dirs):
             v1_sha = _sha(replicas[0][0])
             _install(versions["v2"], dirs[0])
             with pytest.raises(ReloadFailedError, match="replicas read different versions"):
                 await _coordinator(replicas, 1)(NAME)
             assert {_sha(r) for r, _ in replicas} == {v1_sha}
-        finally:
-            for registry, _ in replicas:
-                await registry.close()
 
     asyncio.run(main())
 
@@ -152,13 +155,9 @@ def test_a_reload_waits_until_the_broadcast_reaches_the_coordinator_and_every_re
 ) -> None:
     """A replica that serves before Serve lists it (``--ingress direct`` while starting) takes a reload: a
     broadcast that missed it would answer with the old version, or leave a missed replica on it."""
-    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
-    for d in dirs:
-        _install(versions["v1"], d)
 
     async def main() -> None:
-        replicas = await _replicas(tmp_path, dirs)
-        try:
+        async with _two_replicas_on_v1(tmp_path, versions) as (replicas, dirs):
             v1_sha = _sha(replicas[0][0])
             for d in dirs:
                 _install(versions["v2"], d)
@@ -166,9 +165,6 @@ def test_a_reload_waits_until_the_broadcast_reaches_the_coordinator_and_every_re
             entry = await _coordinator(replicas, 0, listed=[set(), {1}, {1}, {0, 1}])(NAME)
             v2_sha = entry.describe(default=True)["sha256"]
             assert v2_sha != v1_sha and {_sha(r) for r, _ in replicas} == {v2_sha}
-        finally:
-            for registry, _ in replicas:
-                await registry.close()
 
     asyncio.run(main())
 
@@ -177,13 +173,9 @@ def test_a_coordinator_the_cluster_never_lists_reloads_nothing(
     tmp_path: Path, versions: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(reload_module, "MEMBERSHIP_WAIT_S", 0.5)
-    dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
-    for d in dirs:
-        _install(versions["v1"], d)
 
     async def main() -> None:
-        replicas = await _replicas(tmp_path, dirs)
-        try:
+        async with _two_replicas_on_v1(tmp_path, versions) as (replicas, dirs):
             v1_sha = _sha(replicas[0][0])
             for d in dirs:
                 _install(versions["v2"], d)
@@ -191,8 +183,5 @@ def test_a_coordinator_the_cluster_never_lists_reloads_nothing(
                 await _coordinator(replicas, 0, listed=[{1}])(NAME)
             assert {_sha(r) for r, _ in replicas} == {v1_sha}
             assert not any(staged._staged for _, staged in replicas)
-        finally:
-            for registry, _ in replicas:
-                await registry.close()
 
     asyncio.run(main())
