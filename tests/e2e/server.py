@@ -11,8 +11,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from tests.support.growing_files import json_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +33,12 @@ class LiveServer:
     log_path: Path
 
     def log(self) -> str:
+        """The whole log so far, for substring checks and messages; parse records with ``json_records``."""
         return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def json_records(self) -> list[dict[str, Any]]:
+        """The server's JSON log records, complete lines only (the server may be writing the last one)."""
+        return json_records(self.log_path)
 
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:

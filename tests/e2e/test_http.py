@@ -223,8 +223,7 @@ def test_access_log_is_json_with_request_id(server: LiveServer, client: httpx.Cl
 
 def _access_lines(server: LiveServer, request_id: str) -> list[dict[str, Any]]:
     """JSON log lines of one request; on Ray each line carries the replica's prefix before the JSON."""
-    lines = [line[line.index('{"ts"') :] for line in server.log().splitlines() if '{"ts"' in line]
-    return [x for x in map(json.loads, lines) if x.get("request_id") == request_id]
+    return [x for x in server.json_records() if x.get("request_id") == request_id]
 
 
 # -- error paths ------------------------------------------------------------------------------------
