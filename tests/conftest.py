@@ -3,9 +3,11 @@ and a helper that runs the real ``lnserve`` CLI in a subprocess."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,26 @@ from lnserve.converters.skip_thoughts import convert_skip_thoughts
 LEGACY = Path(__file__).parent / "fixtures" / "legacy"
 OE_MODELS = ("oe_order_gru", "oe_symmetric_gru", "oe_order_lngru", "oe_order_rlngru", "oe_order_rms_as_lngru")
 ST_VARIANTS = ("skipthoughts_gru", "skipthoughts_lngru")
+
+
+def _policy_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop set as current for this thread, without creating one (as ``get_event_loop`` would)."""
+    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
+    return getattr(local, "_loop", None)
+
+
+@pytest.fixture(autouse=True)
+def _close_implicit_event_loop() -> Iterator[None]:
+    """A library that calls ``asyncio.get_event_loop()`` outside a loop (litellm's sync ``embedding`` does)
+    gets a new loop set as current, with a socket pair for its wake-ups. The next ``asyncio.run`` unsets it,
+    and whichever test runs when the garbage collector finds it fails on its "unclosed socket"
+    ResourceWarning. The test that made the loop closes it instead."""
+    before = _policy_loop()
+    yield
+    loop = _policy_loop()
+    if loop is not None and loop is not before and not loop.is_running():
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
 def inputs() -> dict[str, Any]:
