@@ -121,3 +121,48 @@ def test_every_gallery_route_on_a_full_disk(server: LiveServer, tmp_path: Path) 
         assert c.delete("/galleries/g").status_code == 204
     log = server.log()
     assert "Traceback" not in log and "internal_error" not in log, log[-3000:]
+
+
+# a value for each path and query parameter of the GET routes: the gallery and item made below, the model
+_PARAMS = {"name": "g", "item_id": "i2", "id": "i2", "model_id": MODEL}
+_NOT_IN_SCHEMA = ["/", "/openapi.json", "/docs"]  # the front page and the API's own pages
+
+
+def test_no_read_route_fails_on_a_full_disk(server: LiveServer, tmp_path: Path) -> None:
+    """The class: every GET route (walked from the OpenAPI schema, plus the pages outside it) answers as usual
+    on a full disk. A read must not fail because a write is impossible: /galleries, /info and / answered 507
+    ("the write was abandoned") when no connection was open and SQLite could not make the WAL index."""
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        for name in ("g", "other"):
+            r = c.post("/galleries", json={"name": name, "kind": "images", "model": MODEL})
+            assert r.status_code == 201, r.text
+        items = [{"image": row.tolist(), "id": f"i{j}"} for j, row in enumerate(IMAGES)]
+        assert c.post("/galleries/g/items", json={"items": items}).status_code == 200
+        spec = c.get("/openapi.json").json()
+        routes = list(_NOT_IN_SCHEMA)
+        for path, ops in spec["paths"].items():
+            if "get" in ops:
+                params = ops["get"].get("parameters", [])
+                url = path
+                query = [f"{p['name']}={_PARAMS[p['name']]}" for p in params if p["in"] == "query"]
+                for p in params:
+                    url = url.replace("{" + p["name"] + "}", _PARAMS[p["name"]])
+                routes.append(url + ("?" + "&".join(query) if query else ""))
+        assert {"/galleries", "/info", "/galleries/g", "/galleries/g/items/i2"} <= set(routes)
+        before = {route: c.get(route) for route in routes}
+        for route, r in before.items():
+            assert r.status_code == 200, (route, r.status_code, r.text)
+
+        filler = _fill(f"/proc/{server.proc.pid}/root{tmp_path / 'galleries'}")
+        for _ in range(2):  # the first read of each gallery on the full disk, and the ones after it
+            for route in routes:
+                r = c.get(route)
+                assert r.status_code == 200, (route, r.status_code, r.text)
+                if route in ("/galleries", "/info"):
+                    assert [g["count"] for g in r.json()["galleries"]] == [len(IMAGES), 0], r.text
+        r = c.post("/retrieve", json={"gallery": "g", "query": {"text": "a dog"}, "k": 2})
+        assert r.status_code == 200 and len(r.json()["results"]) == 2, r.text
+        filler.unlink()
+        assert c.post("/galleries/other/items", json={"items": items[:2]}).status_code == 200
+    log = server.log()
+    assert "Traceback" not in log and "internal_error" not in log, log[-3000:]
