@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from lnserve.app.galleries.layout import GalleryInfo
 from lnserve.app.galleries.rules import check_image_query
 from lnserve.app.galleries.store import GalleryStore
+from lnserve.app.http.answers import check_answer_bytes, hits_bytes, json_answer, limit_of
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.http.routes.gallery_helpers import encode_inputs
@@ -44,11 +45,15 @@ async def retrieve(
     registry: RegistryDep,
     store: GalleriesDep,
     settings: SettingsDep,
-) -> JSONResponse:
+) -> Response:
     """Best-first ``{id, score, payload}`` per query; ``score`` says which direction is better."""
     queries = body.query_list()
     TooManySentencesError.check(len(queries), settings.max_sentences, "queries")
     info = await run_in_threadpool(store.get, body.gallery)
+    # hits without their payloads already over the bound: refused before encoding or searching
+    limit = limit_of(request)
+    size = hits_bytes(len(queries), body.k, info.count)
+    check_answer_bytes(size, limit, f"{len(queries)} queries x {min(body.k, info.count)} hits")
     if any(isinstance(q, ImageQuery) for q in queries):  # before encoding them
         check_image_query(info)
     # id-only requests need no encoder: the gallery's model need not even be served
@@ -64,8 +69,8 @@ async def retrieve(
         "score": found["score"],
         "results": results[0] if body.query is not None else results,
     }
-    # written in a thread: queries x k hits, each with its payload (any JSON), can make megabytes
-    return await run_in_threadpool(JSONResponse, answer)
+    # queries x k hits, each with its payload (any JSON): written in a thread, within max_answer_bytes
+    return await json_answer(answer, limit=limit, inline=False)
 
 
 async def _query_vectors(
