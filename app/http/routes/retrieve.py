@@ -18,7 +18,7 @@ from starlette.responses import Response
 from lnserve.app.galleries.layout import GalleryInfo
 from lnserve.app.galleries.rules import check_image_query
 from lnserve.app.galleries.store import GalleryStore
-from lnserve.app.http.answers import check_answer_bytes, hits_bytes, json_answer, limit_of
+from lnserve.app.http.answers import answer_made_off_loop, check_answer_bytes, hits_bytes, limit_of
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.http.routes.gallery_helpers import encode_inputs
@@ -61,16 +61,18 @@ async def retrieve(
     entry = model_for(registry, info, body.model) if needs_model else None
     vectors, kinds = await _query_vectors(request, store, info, entry, queries, body)
     ref = entry.model_ref() if entry is not None else None
-    found = await run_in_threadpool(_search, store, info.name, vectors, kinds, body.k, ref)
-    results: list[Any] = found["results"]
-    answer = {
-        "gallery": info.name,
-        "model": entry.name if entry is not None else info.model,
-        "score": found["score"],
-        "results": results[0] if body.query is not None else results,
-    }
-    # queries x k hits, each with its payload (any JSON): written in a thread, within max_answer_bytes
-    return await json_answer(answer, limit=limit, inline=False)
+    model = entry.name if entry is not None else info.model
+    one = body.query is not None
+
+    def answer() -> dict[str, Any]:
+        found = _search(store, info.name, vectors, kinds, body.k, ref)
+        results: list[Any] = found["results"]
+        hits = results[0] if one else results
+        return {"gallery": info.name, "model": model, "score": found["score"], "results": hits}
+
+    # queries x k hits, each with its payload (any JSON): found, written within max_answer_bytes and freed
+    # in a worker thread
+    return await answer_made_off_loop(answer, limit=limit)
 
 
 async def _query_vectors(

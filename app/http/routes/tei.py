@@ -11,7 +11,6 @@ lnserve's JSON body and code, with TEI's statuses: over a limit (``too_many_sent
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -19,7 +18,14 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from lnserve.app.http.answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
+from lnserve.app.http.answers import (
+    answer_made_off_loop,
+    check_answer_bytes,
+    json_answer,
+    limit_of,
+    small,
+    vectors_bytes,
+)
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import RegistryDep
 from lnserve.app.http.errors import error_response
@@ -141,13 +147,11 @@ async def tei_tokenize(body: TEITokenizeRequest, request: Request, registry: Reg
     if not texts:
         raise EncodeInputError("inputs is an empty list")
     eos = None if body.add_special_tokens else False
-    inline = sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS
-    if inline:
-        out = _tei_tokens(entry, texts, eos)
-    else:
-        out = await asyncio.to_thread(_tei_tokens, entry, texts, eos)
-    # written by orjson, within max_answer_bytes (it echoes every token), off the loop for large inputs
-    return await json_answer(out, limit=limit_of(request), inline=inline)
+    # written by orjson, within max_answer_bytes (it echoes every token); made and freed off the loop for
+    # large inputs
+    if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
+        return await json_answer(_tei_tokens(entry, texts, eos), limit=limit_of(request), inline=True)
+    return await answer_made_off_loop(lambda: _tei_tokens(entry, texts, eos), limit=limit_of(request))
 
 
 def _tei_tokens(entry: ModelEntry, texts: list[str], eos: bool | None) -> list[list[dict[str, Any]]]:

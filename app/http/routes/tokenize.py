@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from lnserve.app.http.answers import json_answer, limit_of
+from lnserve.app.http.answers import answer_made_off_loop, json_answer, limit_of
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import RegistryDep
 from lnserve.app.http.schemas.tokenize_score import TokenizeRequest, TokenizeResponse
@@ -22,10 +21,10 @@ async def tokenize(body: TokenizeRequest, request: Request, registry: RegistryDe
     """Tokenise as ``/encode`` would (same tokenizer, vocabulary, eos and limits), without running the model:
     shows which words the model does not know (they all take one UNK vector)."""
     entry = registry.get(body.model)
-    inline = sum(map(len, body.sentences)) <= INLINE_TOKENIZE_CHARS
-    # megabytes of text never stall the loop: tokenised and written in a thread, within max_answer_bytes
-    content = _answer(entry, body) if inline else await asyncio.to_thread(_answer, entry, body)
-    return await json_answer(content, limit=limit_of(request), inline=inline)
+    if sum(map(len, body.sentences)) <= INLINE_TOKENIZE_CHARS:
+        return await json_answer(_answer(entry, body), limit=limit_of(request), inline=True)
+    # megabytes of text never stall the loop: tokenised, written within max_answer_bytes and freed in a thread
+    return await answer_made_off_loop(lambda: _answer(entry, body), limit=limit_of(request))
 
 
 def _answer(entry: ModelEntry, body: TokenizeRequest) -> dict[str, Any]:
