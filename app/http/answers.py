@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import json
 import math
@@ -104,11 +105,31 @@ async def made_off_loop(make: Callable[[], Any], limit: int) -> bytes:
 
 
 def _made(make: Callable[[], Any], limit: int) -> bytes | AnswerTooLargeError:
-    with _collector_paused():  # resumed once the answer's objects are freed, a refused one's too
-        try:
-            return render(make(), limit)
-        except AnswerTooLargeError as exc:
-            return exc.with_traceback(None)
+    try:
+        with _collector_paused():  # resumed once the answer's objects are freed, a refused one's too
+            try:
+                return render(make(), limit)
+            except AnswerTooLargeError as exc:
+                return exc.with_traceback(None)
+    finally:
+        _give_back_free_memory()
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+def _give_back_free_memory() -> None:
+    """glibc keeps what a large answer's objects freed in the worker thread's heap (RSS stayed 100-200 MB up
+    after a series of them); ``malloc_trim`` hands the free pages back to the system (a few ms)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 _paused = 0
