@@ -158,7 +158,13 @@ def _tei_tokens(entry: ModelEntry, texts: list[str], eos: bool | None) -> list[l
     out = entry.tokenize(texts, pretokenized=False, eos=eos)
     return [
         [
-            {"id": t["id"], "text": t["token"], "special": out["eos"] and i == len(s["tokens"]) - 1}
+            {
+                "id": t["id"],
+                "text": t["token"],
+                "special": out["eos"] and i == len(s["tokens"]) - 1,
+                "start": None,  # TEIToken's fields, written here without FastAPI's per-token validation
+                "stop": None,
+            }
             for i, t in enumerate(s["tokens"])
         ]
         for s in out["sentences"]
