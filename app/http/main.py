@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import importlib
 import logging
 import os
@@ -105,18 +104,6 @@ async def _load(app: FastAPI) -> None:
         app.state.lifecycle.startup_failed(
             ModelLoadError(f"model {name!r} cannot be loaded ({code}: {error})")
         )
-        return
-    _freeze_startup_objects()
-
-
-def _freeze_startup_objects() -> None:
-    """What start-up made lives as long as the server: moved out of the garbage collector's reach, so that its
-    full passes scan only what requests make. A full pass holds the GIL throughout, the event loop included:
-    while a large answer's 256,000 objects were built, one pass over the libraries' and models' objects held
-    ``/health`` for 0.4-1.4 s. Nothing start-up made is collected later (a model's old version, after a
-    reload, is freed by reference counts: ``tests/unit/app/test_reload_frees.py``)."""
-    gc.collect()
-    gc.freeze()
 
 
 async def _open_galleries(store: GalleryStore) -> None:
