@@ -565,14 +565,19 @@ class GalleryStore(GallerySearch, GalleryChecks):
         reads as before (writes still fail, 507), and holds the file's lock only for its one use."""
         db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
         try:
-            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL index
+            with _db_faults(name):  # a damaged database: GalleryCorruptError, as at its first use
+                db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL index
+            return db
         except sqlite3.OperationalError as exc:
             db.close()
             if storage_full(exc, f"gallery {name!r}", self.root) is None:
                 raise
-            log.warning("gallery %s: the disk is full; read without a shared WAL index", name)
-            db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
-            db.execute("PRAGMA locking_mode=EXCLUSIVE")  # before the first read: no -shm is ever made
+        except BaseException:
+            db.close()
+            raise
+        log.warning("gallery %s: the disk is full; read without a shared WAL index", name)
+        db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
+        db.execute("PRAGMA locking_mode=EXCLUSIVE")  # before the first read: no -shm is ever made
         return db
 
     @contextlib.contextmanager
