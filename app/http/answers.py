@@ -117,7 +117,7 @@ def _made(make: Callable[[], Any], limit: int) -> bytes | AnswerTooLargeError:
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc
         return None
 
