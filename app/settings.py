@@ -186,6 +186,13 @@ class Settings(BaseSettings):
     max_sentences: int = Field(256, ge=1, description="Sentences (or images) per request.")
     max_tokens: int = Field(256, ge=1, description="Tokens per sentence, eos included.")
     max_body_bytes: int = Field(4 << 20, ge=1024, description="Request body size; beyond it, 413.")
+    max_answer_bytes: int = Field(
+        32 << 20,
+        ge=1024,
+        description="Answer size (JSON) one request may make: vectors, scores, search hits with their "
+        "payloads, echoed tokens; beyond it, 413 answer_too_large (before any work where the size is known "
+        "up front).",
+    )
 
     # logs
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -233,6 +240,7 @@ class Settings(BaseSettings):
             "max_sentences": self.max_sentences,
             "max_tokens": self.max_tokens,
             "max_body_bytes": self.max_body_bytes,
+            "max_answer_bytes": self.max_answer_bytes,
             "max_batch_size": self.max_batch_size,
             "max_batch_tokens": self.max_batch_tokens,
             "max_wait_ms": self.max_wait_ms,

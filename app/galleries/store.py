@@ -545,7 +545,7 @@ class GalleryStore(GallerySearch, GalleryChecks):
             raise GalleryNotFoundError(f"no gallery named {name!r}")
         uri = f"{path.absolute().as_uri()}?mode=rw"
         try:
-            db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
+            db = self._connect(name, uri)
         except sqlite3.OperationalError:
             if not gdir.exists():
                 raise GalleryNotFoundError(f"no gallery named {name!r}") from None
@@ -556,6 +556,29 @@ class GalleryStore(GallerySearch, GalleryChecks):
                 yield db
         finally:
             db.close()
+
+    def _connect(self, name: str, uri: str) -> sqlite3.Connection:
+        """A connection that can read on a full disk. Opening a WAL database that no connection holds makes
+        its WAL index (the ``-shm`` file, sized on first read), which fails without a free byte, so a read
+        (``GET /galleries``, ``/info``, the front page) answered 507 for a write it never asked for. Then
+        the connection is made again in exclusive locking mode, whose WAL index lives in heap memory: it
+        reads as before (writes still fail, 507), and holds the file's lock only for its one use."""
+        db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
+        try:
+            with _db_faults(name):  # a damaged database: GalleryCorruptError, as at its first use
+                db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL index
+            return db
+        except sqlite3.OperationalError as exc:
+            db.close()
+            if storage_full(exc, f"gallery {name!r}", self.root) is None:
+                raise
+        except BaseException:
+            db.close()
+            raise
+        log.warning("gallery %s: the disk is full; read without a shared WAL index", name)
+        db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
+        db.execute("PRAGMA locking_mode=EXCLUSIVE")  # before the first read: no -shm is ever made
+        return db
 
     @contextlib.contextmanager
     def _write_lock(self, name: str, *, create: bool = False) -> Iterator[None]:

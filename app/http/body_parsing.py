@@ -10,9 +10,11 @@ applies the per-request count limit (``max_sentences``) there, so a body with to
 the limits comes back, as the validated model, which FastAPI then takes as is. Smaller bodies are parsed
 inline: a thread hop and a process round trip cost more than they do.
 
-A small body holding a surrogate escape (``\\ud800``) is also validated with the route's model inline, so
-that every body, whatever its size, is read by the same parser: pydantic's refuses a lone surrogate
-(422 ``invalid_request``) where ``json.loads`` would let through text no response can be encoded with.
+A small body holding a surrogate escape (``\\ud800``), or bytes that are not UTF-8 (a raw surrogate
+``ED A0 80``, an overlong form, a lone continuation byte, ``FF``), is also validated with the route's model
+inline, so that every body, whatever its size, is read by the same parser: pydantic's refuses a lone
+surrogate and any invalid UTF-8 (422 ``invalid_request``) where ``json.loads`` would let through text no
+response can be encoded with (it decodes bytes with ``surrogatepass``: ``ED A0 80`` became ``\\ud800``).
 
 One worker bounds the CPU that large bodies can take; they queue behind each other, and the number of
 requests in flight is bounded by ``max_inflight``. The worker dies with the server, even one killed with
@@ -193,6 +195,20 @@ class BodyParser:
             self._pool = None
 
 
+def _needs_strict_parse(raw: bytes) -> bool:
+    """A small body that ``json.loads`` would turn into text no answer can be written with: a surrogate
+    escape, or bytes that are not strict UTF-8 (which has no encoded surrogates)."""
+    if _SURROGATE_ESCAPE.search(raw) is not None:
+        return True
+    if raw.isascii():
+        return False
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
 def _is_json(request: Request) -> bool:
     """FastAPI's own rule for parsing a body as JSON: application/json or application/*+json."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -239,7 +255,7 @@ class OffloadedBodyRoute(APIRoute):
                 raw = await request.body()  # read already (the middleware): FastAPI gets the same bytes
                 large = len(raw) > INLINE_PARSE_BYTES
                 # the content type only for the bodies parsed here: nearly every body is small and plain
-                if (large or _SURROGATE_ESCAPE.search(raw) is not None) and _is_json(request):
+                if (large or _needs_strict_parse(raw)) and _is_json(request):
                     limit = request.app.state.settings.max_sentences
                     # request.json() is cached in _json: FastAPI takes the validated model as is
                     if large:

@@ -10,6 +10,7 @@ LnserveError
 │   ├── TokenIdsUnsupportedError (token_ids_unsupported, 422) token ids instead of text (/v1/embeddings, TEI)
 │   ├── ModelNotFoundError     (model_not_found, 404)     no model of that name
 │   ├── RequestTooLargeError   (request_too_large, 413)   body larger than max_body_bytes
+│   ├── AnswerTooLargeError    (answer_too_large, 413)    answer over max_answer_bytes (app.http.answers)
 │   ├── RequestTimeoutError    (request_timeout, 408)     headers / body not in within their deadline
 │   ├── UnauthorizedError      (unauthorized, 401)        API key missing or wrong
 │   ├── ReloadDisabledError    (reload_disabled, 403)     reload with no API key set (and no opt-in)
@@ -118,6 +119,7 @@ HTTP_STATUSES: dict[str, int] = {
     "reload_disabled": 403,
     "model_renamed": 409,
     "request_too_large": 413,
+    "answer_too_large": 413,
     "request_timeout": 408,
     "unsupported_media_type": 415,
     # the service's load and state

@@ -100,14 +100,15 @@ def test_every_gallery_route_on_a_full_disk(server: LiveServer, tmp_path: Path) 
         r = c.post("/galleries/g/items", json={"items": [{"image": IMAGES[0].tolist(), "id": "new"}]})
         assert r.status_code == 507 and r.json()["error"]["code"] == "storage_full", r.text
         _expect(c.post("/galleries", json={"name": "h", "kind": "images", "model": MODEL}), 201)
-        _expect(c.get("/galleries/g"), 200)
-        _expect(c.get("/galleries/g/items/i2"), 200)
-        _expect(c.post("/retrieve", json={"gallery": "g", "query": {"text": "a dog"}, "k": 2}), 200)
+        # reads answer as usual (test_no_read_route_fails_on_a_full_disk goes over every GET route)
+        assert c.get("/galleries/g").status_code == 200
+        assert c.get("/galleries/g/items/i2").status_code == 200
+        r = c.post("/retrieve", json={"gallery": "g", "query": {"text": "a dog"}, "k": 2})
+        assert r.status_code == 200, r.text
         for listing in ("/galleries", "/info"):
             r = c.get(listing)
-            _expect(r, 200)
-            if r.status_code == 200:
-                assert all(g["state"] == "ok" for g in r.json()["galleries"]), r.text
+            assert r.status_code == 200, r.text
+            assert all(g["state"] == "ok" for g in r.json()["galleries"]), r.text
         _expect(c.delete("/galleries/spare"), 204)  # a removal frees space: it needs none
         assert c.get("/health").status_code == 200
 
@@ -119,5 +120,50 @@ def test_every_gallery_route_on_a_full_disk(server: LiveServer, tmp_path: Path) 
         assert r.status_code == 200 and r.json()["count"] == len(IMAGES) - 1, r.text
         assert c.get("/galleries/g/items/i2").json()["id"] == "i2"
         assert c.delete("/galleries/g").status_code == 204
+    log = server.log()
+    assert "Traceback" not in log and "internal_error" not in log, log[-3000:]
+
+
+# a value for each path and query parameter of the GET routes: the gallery and item made below, the model
+_PARAMS = {"name": "g", "item_id": "i2", "id": "i2", "model_id": MODEL}
+_NOT_IN_SCHEMA = ["/", "/openapi.json", "/docs"]  # the front page and the API's own pages
+
+
+def test_no_read_route_fails_on_a_full_disk(server: LiveServer, tmp_path: Path) -> None:
+    """The class: every GET route (walked from the OpenAPI schema, plus the pages outside it) answers as usual
+    on a full disk. A read must not fail because a write is impossible: /galleries, /info and / answered 507
+    ("the write was abandoned") when no connection was open and SQLite could not make the WAL index."""
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        for name in ("g", "other"):
+            r = c.post("/galleries", json={"name": name, "kind": "images", "model": MODEL})
+            assert r.status_code == 201, r.text
+        items = [{"image": row.tolist(), "id": f"i{j}"} for j, row in enumerate(IMAGES)]
+        assert c.post("/galleries/g/items", json={"items": items}).status_code == 200
+        spec = c.get("/openapi.json").json()
+        routes = list(_NOT_IN_SCHEMA)
+        for path, ops in spec["paths"].items():
+            if "get" in ops:
+                params = ops["get"].get("parameters", [])
+                url = path
+                query = [f"{p['name']}={_PARAMS[p['name']]}" for p in params if p["in"] == "query"]
+                for p in params:
+                    url = url.replace("{" + p["name"] + "}", _PARAMS[p["name"]])
+                routes.append(url + ("?" + "&".join(query) if query else ""))
+        assert {"/galleries", "/info", "/galleries/g", "/galleries/g/items/i2"} <= set(routes)
+        before = {route: c.get(route) for route in routes}
+        for route, r in before.items():
+            assert r.status_code == 200, (route, r.status_code, r.text)
+
+        filler = _fill(f"/proc/{server.proc.pid}/root{tmp_path / 'galleries'}")
+        for _ in range(2):  # the first read of each gallery on the full disk, and the ones after it
+            for route in routes:
+                r = c.get(route)
+                assert r.status_code == 200, (route, r.status_code, r.text)
+                if route in ("/galleries", "/info"):
+                    assert [g["count"] for g in r.json()["galleries"]] == [len(IMAGES), 0], r.text
+        r = c.post("/retrieve", json={"gallery": "g", "query": {"text": "a dog"}, "k": 2})
+        assert r.status_code == 200 and len(r.json()["results"]) == 2, r.text
+        filler.unlink()
+        assert c.post("/galleries/other/items", json={"items": items[:2]}).status_code == 200
     log = server.log()
     assert "Traceback" not in log and "internal_error" not in log, log[-3000:]

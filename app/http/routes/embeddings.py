@@ -4,7 +4,9 @@ OpenAI clients work (names from ``LNSERVE_MODEL_ALIASES`` too)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.responses import Response
 
+from lnserve.app.http.answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import RegistryDep, SettingsDep
 from lnserve.app.http.routes.encode_helpers import check_dimensions, encode_texts, text_inputs
@@ -21,22 +23,26 @@ router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute
 
 
 @router.post("/embeddings", response_model=EmbeddingsResponse, response_class=VectorJSONResponse)
-async def embeddings(body: EmbeddingsRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
+async def embeddings(body: EmbeddingsRequest, request: Request, registry: RegistryDep) -> Response:
     """Embed a string or a list of strings (raw text, the model's tokenizer and defaults)."""
     texts = text_inputs(body.input)
     entry = registry.get(body.model)
     check_dimensions(entry, body.dimensions)
+    entry.check_count(len(texts))  # too many: that error, not the answer's size
+    limit = limit_of(request)
+    size = vectors_bytes(len(texts), entry.manifest["dims"]["output_dim"], body.encoding_format)
+    size += len(texts) * 48  # {"object":"embedding","index":N,"embedding":...},
+    check_answer_bytes(size, limit, f"{len(texts)} embeddings")
     vectors, seqs = await encode_texts(request, entry, texts)
     encoded = encode_vectors(vectors, body.encoding_format)
     tokens = sum(len(s) for s in seqs)
-    return VectorJSONResponse(
-        {
-            "object": "list",
-            "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)],
-            "model": entry.name,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
-    )
+    answer = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)],
+        "model": entry.name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    return await json_answer(answer, limit=limit, inline=small(size))
 
 
 @router.get("/models", response_model=OpenAIModelList)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from starlette.responses import Response
 
+from lnserve.app.http.answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import RegistryDep, cancel_on_disconnect
 from lnserve.app.http.routes.encode_helpers import encode_texts
@@ -21,12 +23,16 @@ router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/encode", response_model=EncodeResponse, response_class=VectorJSONResponse)
-async def encode(body: EncodeRequest, request: Request) -> VectorJSONResponse:
+async def encode(body: EncodeRequest, request: Request) -> Response:
     """Encode sentences into vectors (micro-batched with concurrent requests)."""
     # the registry straight from the app, not through RegistryDep: FastAPI solves every dependency on every
     # request, and this is the hot route (see deps.runtime_dependant)
     registry: ModelRegistry = request.app.state.registry
     entry = registry.get(body.model)
+    entry.check_count(len(body.sentences))  # too many: that error, not the answer's size
+    limit = limit_of(request)
+    size = vectors_bytes(len(body.sentences), entry.manifest["dims"]["output_dim"], body.encoding)
+    check_answer_bytes(size, limit, f"{len(body.sentences)} vectors")
     vectors, seqs = await encode_texts(
         request,
         entry,
@@ -36,30 +42,30 @@ async def encode(body: EncodeRequest, request: Request) -> VectorJSONResponse:
         truncate=body.truncate,
         normalize=body.normalize,
     )
-    return VectorJSONResponse(
-        {
-            "model": entry.name,
-            "dim": int(vectors.shape[1]),
-            "encoding": body.encoding,
-            "vectors": encode_vectors(vectors, body.encoding),
-            "token_counts": [len(s) for s in seqs],
-            "unk_counts": entry.unk_counts(seqs),
-        }
-    )
+    answer = {
+        "model": entry.name,
+        "dim": int(vectors.shape[1]),
+        "encoding": body.encoding,
+        "vectors": encode_vectors(vectors, body.encoding),
+        "token_counts": [len(s) for s in seqs],
+        "unk_counts": entry.unk_counts(seqs),
+    }
+    return await json_answer(answer, limit=limit, inline=small(size))
 
 
 @router.post("/encode/images", response_model=EncodeImagesResponse, response_class=VectorJSONResponse)
-async def encode_images(
-    body: EncodeImagesRequest, request: Request, registry: RegistryDep
-) -> VectorJSONResponse:
+async def encode_images(body: EncodeImagesRequest, request: Request, registry: RegistryDep) -> Response:
     """Map CNN image features into the order-embedding space (order-embedding models only)."""
     entry = registry.get(body.model)
+    entry.check_count(len(body.features))
+    limit = limit_of(request)
+    size = vectors_bytes(len(body.features), entry.manifest["dims"]["output_dim"], body.encoding)
+    check_answer_bytes(size, limit, f"{len(body.features)} vectors")
     vectors = await cancel_on_disconnect(request, entry.encode_images(body.features))
-    return VectorJSONResponse(
-        {
-            "model": entry.name,
-            "dim": int(vectors.shape[1]),
-            "encoding": body.encoding,
-            "vectors": encode_vectors(vectors, body.encoding),
-        }
-    )
+    answer = {
+        "model": entry.name,
+        "dim": int(vectors.shape[1]),
+        "encoding": body.encoding,
+        "vectors": encode_vectors(vectors, body.encoding),
+    }
+    return await json_answer(answer, limit=limit, inline=small(size))

@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from lnserve.app.galleries.layout import GalleryInfo
 from lnserve.app.galleries.rules import check_image_query
 from lnserve.app.galleries.store import GalleryStore
+from lnserve.app.http.answers import answer_made_off_loop, check_answer_bytes, hits_bytes, limit_of
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import GalleriesDep, RegistryDep, SettingsDep
 from lnserve.app.http.routes.gallery_helpers import encode_inputs
@@ -44,11 +45,15 @@ async def retrieve(
     registry: RegistryDep,
     store: GalleriesDep,
     settings: SettingsDep,
-) -> JSONResponse:
+) -> Response:
     """Best-first ``{id, score, payload}`` per query; ``score`` says which direction is better."""
     queries = body.query_list()
     TooManySentencesError.check(len(queries), settings.max_sentences, "queries")
     info = await run_in_threadpool(store.get, body.gallery)
+    # hits without their payloads already over the bound: refused before encoding or searching
+    limit = limit_of(request)
+    size = hits_bytes(len(queries), body.k, info.count)
+    check_answer_bytes(size, limit, f"{len(queries)} queries x {min(body.k, info.count)} hits")
     if any(isinstance(q, ImageQuery) for q in queries):  # before encoding them
         check_image_query(info)
     # id-only requests need no encoder: the gallery's model need not even be served
@@ -56,16 +61,18 @@ async def retrieve(
     entry = model_for(registry, info, body.model) if needs_model else None
     vectors, kinds = await _query_vectors(request, store, info, entry, queries, body)
     ref = entry.model_ref() if entry is not None else None
-    found = await run_in_threadpool(_search, store, info.name, vectors, kinds, body.k, ref)
-    results: list[Any] = found["results"]
-    answer = {
-        "gallery": info.name,
-        "model": entry.name if entry is not None else info.model,
-        "score": found["score"],
-        "results": results[0] if body.query is not None else results,
-    }
-    # written in a thread: queries x k hits, each with its payload (any JSON), can make megabytes
-    return await run_in_threadpool(JSONResponse, answer)
+    model = entry.name if entry is not None else info.model
+    one = body.query is not None
+
+    def answer() -> dict[str, Any]:
+        found = _search(store, info.name, vectors, kinds, body.k, ref)
+        results: list[Any] = found["results"]
+        hits = results[0] if one else results
+        return {"gallery": info.name, "model": model, "score": found["score"], "results": hits}
+
+    # queries x k hits, each with its payload (any JSON): found, written within max_answer_bytes and freed
+    # in a worker thread
+    return await answer_made_off_loop(answer, limit=limit)
 
 
 async def _query_vectors(

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
 
+from lnserve.app.http.answers import (
+    FLOAT_BYTES,
+    check_answer_bytes,
+    json_answer,
+    limit_of,
+    small,
+)
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import RegistryDep, SettingsDep
 from lnserve.app.http.routes.gallery_helpers import encode_inputs
@@ -22,7 +30,7 @@ router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 @router.post("/score", response_model=ScoreResponse, response_class=VectorJSONResponse)
 async def score(
     body: ScoreRequest, request: Request, registry: RegistryDep, settings: SettingsDep
-) -> VectorJSONResponse:
+) -> Response:
     """Order-violation (or negative-cosine, for symmetric models) errors between every caption and every
     image: lower is better. Encoding goes through the model's micro-batcher like ``/encode``."""
     entry = registry.get(body.model)
@@ -33,6 +41,9 @@ async def score(
         )
     TooManySentencesError.check(len(body.captions), settings.max_sentences, "captions")
     TooManySentencesError.check(len(body.images), settings.max_sentences, "images")
+    limit = limit_of(request)
+    size = len(body.captions) * (len(body.images) * FLOAT_BYTES + 2) + 256
+    check_answer_bytes(size, limit, f"{len(body.captions)} x {len(body.images)} scores")
     caps, ims = await encode_inputs(
         request, entry, texts=body.captions, images=body.images, pretokenized=body.pretokenized,
         truncate=body.truncate,
@@ -40,6 +51,5 @@ async def score(
     assert caps is not None and ims is not None
     method = entry.manifest["options"]["method"]
     errs = await run_in_threadpool(error_matrix, caps, ims, method)
-    return VectorJSONResponse(
-        {"model": entry.name, "score": score_info(metric_for(method, "order-embedding")), "scores": errs}
-    )
+    answer = {"model": entry.name, "score": score_info(metric_for(method, "order-embedding")), "scores": errs}
+    return await json_answer(answer, limit=limit, inline=small(size))

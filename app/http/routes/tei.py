@@ -11,7 +11,6 @@ lnserve's JSON body and code, with TEI's statuses: over a limit (``too_many_sent
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -19,6 +18,14 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from lnserve.app.http.answers import (
+    answer_made_off_loop,
+    check_answer_bytes,
+    json_answer,
+    limit_of,
+    small,
+    vectors_bytes,
+)
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import RegistryDep
 from lnserve.app.http.errors import error_response
@@ -69,10 +76,14 @@ async def _embed(
     entry: ModelEntry,
     body: TEIEmbedRequest | TEIRootRequest,
     inputs: str | list[str] | list[int] | list[list[int]],
-) -> VectorJSONResponse:
+) -> Response:
     texts = text_inputs(inputs)
     _no_prompt(body.prompt_name)
     check_dimensions(entry, body.dimensions)
+    entry.check_count(len(texts))  # too many: that error (413), not the answer's size
+    limit = limit_of(request)
+    size = vectors_bytes(len(texts), entry.manifest["dims"]["output_dim"])
+    check_answer_bytes(size, limit, f"{len(texts)} vectors")
     vectors, _ = await encode_texts(
         request,
         entry,
@@ -81,12 +92,13 @@ async def _embed(
         keep_end=body.truncation_direction == "left",
         normalize=body.normalize,
     )
-    return VectorJSONResponse(np.ascontiguousarray(vectors, dtype=np.float32))
+    answer = np.ascontiguousarray(vectors, dtype=np.float32)
+    return await json_answer(answer, limit=limit, inline=small(size))
 
 
 async def _similarity(
     request: Request, entry: ModelEntry, body: TEISimilarityRequest | TEIRootRequest, inputs: SimilarityInput
-) -> VectorJSONResponse:
+) -> Response:
     """Cosine similarity of ``source_sentence`` to each of ``sentences`` (as TEI: unit vectors' dot)."""
     _no_prompt(body.prompt_name)
     texts = [inputs.source_sentence, *inputs.sentences]
@@ -98,25 +110,24 @@ async def _similarity(
         keep_end=body.truncation_direction == "left",
         normalize=True,
     )
-    return VectorJSONResponse((vectors[1:] @ vectors[0]).astype(np.float32))
+    scores = (vectors[1:] @ vectors[0]).astype(np.float32)  # one number per sentence: small
+    return await json_answer(scores, limit=limit_of(request), inline=True)
 
 
 @router.post("/embed", response_model=list[list[float]], response_class=VectorJSONResponse)
-async def embed(body: TEIEmbedRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
+async def embed(body: TEIEmbedRequest, request: Request, registry: RegistryDep) -> Response:
     """TEI ``/embed``: one vector per input, always a list of lists."""
     return await _embed(request, registry.get(None), body, body.inputs)
 
 
 @router.post("/similarity", response_model=list[float], response_class=VectorJSONResponse)
-async def similarity(
-    body: TEISimilarityRequest, request: Request, registry: RegistryDep
-) -> VectorJSONResponse:
+async def similarity(body: TEISimilarityRequest, request: Request, registry: RegistryDep) -> Response:
     """TEI ``/similarity``: the cosine similarity of ``source_sentence`` to each sentence, in order."""
     return await _similarity(request, registry.get(None), body, body.inputs)
 
 
 @router.post("/", response_model=list[list[float]] | list[float], response_class=VectorJSONResponse)
-async def root(body: TEIRootRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
+async def root(body: TEIRootRequest, request: Request, registry: RegistryDep) -> Response:
     """The Hugging Face inference shape (``InferenceClient(base_url=...)``): ``feature_extraction`` sends
     ``{"inputs": "..." | [...]}`` (vectors), ``sentence_similarity`` sends ``{"inputs": {"source_sentence":
     ..., "sentences": [...]}}`` (one score per sentence)."""
@@ -127,7 +138,7 @@ async def root(body: TEIRootRequest, request: Request, registry: RegistryDep) ->
 
 
 @router.post("/tei/tokenize", response_model=list[list[TEIToken]])
-async def tei_tokenize(body: TEITokenizeRequest, registry: RegistryDep) -> list[list[dict[str, Any]]]:
+async def tei_tokenize(body: TEITokenizeRequest, request: Request, registry: RegistryDep) -> Response:
     """TEI's ``/tokenize`` shape (``POST /tokenize`` is lnserve's own): per input, each token with its id;
     ``special`` marks the appended ``<eos>``; character offsets are not tracked (null)."""
     _no_prompt(body.prompt_name)
@@ -136,13 +147,24 @@ async def tei_tokenize(body: TEITokenizeRequest, registry: RegistryDep) -> list[
     if not texts:
         raise EncodeInputError("inputs is an empty list")
     eos = None if body.add_special_tokens else False
+    # written by orjson, within max_answer_bytes (it echoes every token); made and freed off the loop for
+    # large inputs
     if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
-        out = entry.tokenize(texts, pretokenized=False, eos=eos)
-    else:
-        out = await asyncio.to_thread(entry.tokenize, texts, pretokenized=False, eos=eos)
+        return await json_answer(_tei_tokens(entry, texts, eos), limit=limit_of(request), inline=True)
+    return await answer_made_off_loop(lambda: _tei_tokens(entry, texts, eos), limit=limit_of(request))
+
+
+def _tei_tokens(entry: ModelEntry, texts: list[str], eos: bool | None) -> list[list[dict[str, Any]]]:
+    out = entry.tokenize(texts, pretokenized=False, eos=eos)
     return [
         [
-            {"id": t["id"], "text": t["token"], "special": out["eos"] and i == len(s["tokens"]) - 1}
+            {
+                "id": t["id"],
+                "text": t["token"],
+                "special": out["eos"] and i == len(s["tokens"]) - 1,
+                "start": None,  # TEIToken's fields, written here without FastAPI's per-token validation
+                "stop": None,
+            }
             for i, t in enumerate(s["tokens"])
         ]
         for s in out["sentences"]

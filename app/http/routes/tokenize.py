@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
-import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from lnserve.app.http.answers import answer_made_off_loop, json_answer, limit_of
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import RegistryDep
 from lnserve.app.http.schemas.tokenize_score import TokenizeRequest, TokenizeResponse
@@ -17,19 +17,18 @@ router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 
 
 @router.post("/tokenize", response_model=TokenizeResponse)
-async def tokenize(body: TokenizeRequest, registry: RegistryDep) -> Response:
+async def tokenize(body: TokenizeRequest, request: Request, registry: RegistryDep) -> Response:
     """Tokenise as ``/encode`` would (same tokenizer, vocabulary, eos and limits), without running the model:
     shows which words the model does not know (they all take one UNK vector)."""
     entry = registry.get(body.model)
     if sum(map(len, body.sentences)) <= INLINE_TOKENIZE_CHARS:
-        content = _answer(entry, body)
-    else:  # megabytes of text never stall the loop: tokenised and written in a thread
-        content = await asyncio.to_thread(_answer, entry, body)
-    return Response(content, media_type="application/json")
+        return await json_answer(_answer(entry, body), limit=limit_of(request), inline=True)
+    # megabytes of text never stall the loop: tokenised, written within max_answer_bytes and freed in a thread
+    return await answer_made_off_loop(lambda: _answer(entry, body), limit=limit_of(request))
 
 
-def _answer(entry: ModelEntry, body: TokenizeRequest) -> bytes:
-    """The response body, written by orjson straight from the token lists: the answer echoes every token, so
-    FastAPI's per-object validation and encoding of it would cost in proportion to the input, on the loop."""
-    out = entry.tokenize(body.sentences, pretokenized=body.pretokenized, eos=body.eos, truncate=body.truncate)
-    return orjson.dumps(out)
+def _answer(entry: ModelEntry, body: TokenizeRequest) -> dict[str, Any]:
+    """The answer, written by orjson straight from the token lists: it echoes every token, so FastAPI's
+    per-object validation and encoding of it would cost in proportion to the input, on the loop."""
+    sentences = body.sentences
+    return entry.tokenize(sentences, pretokenized=body.pretokenized, eos=body.eos, truncate=body.truncate)
