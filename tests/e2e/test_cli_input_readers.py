@@ -139,7 +139,7 @@ def test_every_eval_task_refuses_hostile_set_files(
     data = tmp_path / "data"
     shutil.copytree(sets, data)
     bad = data / TASK_FILE[task]
-    hostile_files.make(kind, bad, max_bytes=MAX_FILE_BYTES, max_line_bytes=MAX_LINE_BYTES)
+    hostile_files.make(kind, bad, max_bytes=MAX_FILE_BYTES, max_line_bytes=MAX_LINE_BYTES, pad=True)
     args = ["eval", "skip-thoughts", "--model", str(model), "--task", task, "--data", str(data), "--fast"]
     line = refused_in_time(args, bad, "eval_data")
     expected = {

@@ -2,9 +2,9 @@
 a data file. Each kind must be refused with one line naming the path, within seconds.
 
 ``dev-zero``: a symlink to ``/dev/zero`` (endless bytes); ``fifo``: a named pipe nobody writes (opening it
-blocks); ``directory``; ``long-line``: one line just over the reader's per-line bound (for a ``.npy``, a
-header declaring a terabyte array in a file of a few bytes); ``oversized``: a sparse file one byte over the
-reader's size bound (no disk used).
+blocks); ``directory``; ``long-line``: one line just over the reader's per-line bound, made of words (for
+a ``.npy``, a header declaring a terabyte array in a file of a few bytes); ``oversized``: a sparse file one
+byte over the reader's size bound (no disk used).
 """
 
 from __future__ import annotations
@@ -20,7 +20,17 @@ import pytest
 KINDS = ("dev-zero", "fifo", "directory", "long-line", "oversized")
 
 
-def make(kind: str, path: Path, *, max_bytes: int, max_line_bytes: int, npy: bool = False) -> None:
+def make(
+    kind: str, path: Path, *, max_bytes: int, max_line_bytes: int, npy: bool = False, pad: bool = False
+) -> None:
+    """``kind`` at ``path``. ``pad``: the long line is the existing file's second line followed by spaces,
+    which every set reader strips: the file stays valid in all but its length, so only the bound refuses
+    it."""
+    if kind == "long-line" and pad:
+        lines = path.read_bytes().split(b"\n")
+        lines[1] += b" " * max_line_bytes
+        path.write_bytes(b"\n".join(lines))
+        return
     if path.exists() or path.is_symlink():
         path.unlink()
     if kind == "dev-zero":

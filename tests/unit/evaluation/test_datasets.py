@@ -134,7 +134,7 @@ def test_every_set_file_refuses_hostile_files(
     for f in data.iterdir():
         (tmp_path / f.name).write_bytes(f.read_bytes())
     bad = tmp_path / name
-    hostile_files.make(kind, bad, max_bytes=ds.MAX_FILE_BYTES, max_line_bytes=ds.MAX_LINE_BYTES)
+    hostile_files.make(kind, bad, max_bytes=ds.MAX_FILE_BYTES, max_line_bytes=ds.MAX_LINE_BYTES, pad=True)
     exc = hostile_files.raised_within(10, lambda: check_task_files(task, tmp_path, fast=True), bad)
     assert isinstance(exc, ds.EvalDataError), exc
     assert str(exc).startswith(f"{bad}: ") and "\n" not in str(exc)
