@@ -15,6 +15,7 @@ import typer
 
 from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.errors import UserInputError
+from lnserve.input_files import open_regular, read_bounded
 from lnserve.storage import storage_full
 
 if TYPE_CHECKING:  # rich loads only when a command draws progress
@@ -23,12 +24,18 @@ if TYPE_CHECKING:  # rich loads only when a command draws progress
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
 
 
+# Text inputs (sentences, captions, payload lines) and the bounds they are read under (``read_bounded``):
+# a caption file of millions of lines fits; /dev/zero, a FIFO or one line of 200 MB is refused at once.
+MAX_TEXT_INPUT_BYTES = 256 << 20
+MAX_TEXT_LINE_BYTES = 1 << 20
+
+
 def read_lines(path: Path) -> list[str]:
-    """UTF-8 text, one item per line (a trailing newline is optional; CRLF tolerated)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise EncodeInputError(f"{path}: cannot read input ({exc.strerror})") from None
+    """UTF-8 text, one item per line (a trailing newline is optional; CRLF tolerated), from a regular file
+    within ``MAX_TEXT_INPUT_BYTES`` and ``MAX_TEXT_LINE_BYTES`` a line."""
+    data = read_bounded(
+        path, max_bytes=MAX_TEXT_INPUT_BYTES, max_line_bytes=MAX_TEXT_LINE_BYTES, error=EncodeInputError
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -48,28 +55,58 @@ def load_matrix(path: Path, what: str, *, mmap: bool = False) -> np.ndarray:
     """A 2-d float array from a .npy (never unpickled), as float32; ``mmap`` leaves large files on disk.
 
     Anything else (text, .npz, a pickle) is named as what it looks like: numpy's own message would advise
-    loading it "unsafely" with ``allow_pickle``, which lnserve never does."""
-    head = _read_head(path)
-    if not head.startswith(NPY_MAGIC):
-        raise EncodeInputError(
-            f"{path}: {what} must be a .npy file (a 2-d float array from numpy.save); {_looks_like(head)}"
-        )
+    loading it "unsafely" with ``allow_pickle``, which lnserve never does. Only a regular file is opened,
+    and its header is checked against its size before numpy allocates what the header declares."""
+    fd, size = open_regular(path, EncodeInputError)
+    with os.fdopen(fd, "rb") as f:
+        head = _read_head(f, path)
+        if not head.startswith(NPY_MAGIC):
+            raise EncodeInputError(
+                f"{path}: {what} must be a .npy file (a 2-d float array from numpy.save); {_looks_like(head)}"
+            )
+        _check_npy_header(f, path, what, size)
+        try:
+            f.seek(0)
+            # numpy maps a file by name only: the header just checked is that of the file it maps
+            arr = np.load(path, mmap_mode="r", allow_pickle=False) if mmap else np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise EncodeInputError(f"{path}: cannot read {what} as a .npy array ({exc})") from None
+    return arr.astype(np.float32, copy=False)
+
+
+def _check_npy_header(f: BinaryIO, path: Path, what: str, size: int) -> None:
+    """Refuse a .npy whose header is not a 2-d float array, or declares more data than the file holds (a
+    truncated or crafted file: numpy would first allocate the declared size, terabytes if it says so)."""
+    from numpy.lib import format as npy
+
     try:
-        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        f.seek(0)
+        version = npy.read_magic(f)
+        reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, _, dtype = reader(f)
     except (OSError, ValueError, EOFError) as exc:
         reason = str(exc)
         if "pickle" in reason or "object" in reason.lower():
             reason = "it holds Python objects (dtype object), which lnserve never unpickles"
         raise EncodeInputError(f"{path}: cannot read {what} as a .npy array ({reason})") from None
-    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
-        raise EncodeInputError(f"{path}: {what} must be a 2-d float array, got {arr.dtype} {arr.shape}")
-    return arr.astype(np.float32, copy=False)
+    if dtype.hasobject:
+        raise EncodeInputError(
+            f"{path}: cannot read {what} as a .npy array "
+            "(it holds Python objects (dtype object), which lnserve never unpickles)"
+        )
+    if len(shape) != 2 or not np.issubdtype(dtype, np.floating):
+        raise EncodeInputError(f"{path}: {what} must be a 2-d float array, got {dtype} {shape}")
+    declared = f.tell() + shape[0] * shape[1] * dtype.itemsize
+    if declared > size:
+        raise EncodeInputError(
+            f"{path}: {what}: the header declares a {dtype} {shape} array ({declared:,} bytes) but the file "
+            f"holds {size:,} bytes (truncated?)"
+        )
 
 
-def _read_head(path: Path) -> bytes:
+def _read_head(f: BinaryIO, path: Path) -> bytes:
     try:
-        with path.open("rb") as f:
-            return f.read(512)
+        return f.read(512)
     except OSError as exc:
         raise EncodeInputError(f"{path}: cannot read input ({exc.strerror})") from None
 

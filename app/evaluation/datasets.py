@@ -8,23 +8,40 @@ UserInputError: one line on the CLI, exit 2) naming the file.
 
 from __future__ import annotations
 
+import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lnserve.errors import UserInputError
+from lnserve.input_files import read_bounded
 
 STS14_SETS = ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news")
 SICK_FILES = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
 SICK_HEADER = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score", "entailment_judgment")
 ENTAILMENT_IDS = {"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2}  # SentEval's label2id
+# The largest distribution file (MSRP train) is about 1 MB and its longest line under 1 KB: the bounds leave
+# room for any real set and keep a crafted one (``/dev/zero``, one 200 MB line) from taking the machine.
+MAX_FILE_BYTES = 64 << 20
+MAX_LINE_BYTES = 64 << 10
 MSRP_HEADER_FIELDS = 5  # Quality, #1 ID, #2 ID, #1 String, #2 String
 BINARY_FILES = {
     "mr": ("rt-polarity.pos", "rt-polarity.neg"),
     "cr": ("custrev.pos", "custrev.neg"),
     "subj": ("plot.tok.gt9.5000", "quote.tok.gt9.5000"),
     "mpqa": ("mpqa.pos", "mpqa.neg"),
+}
+
+TASK_FILES = {
+    **BINARY_FILES,
+    "trec": ("train_5500.label", "TREC_10.label"),
+    "msrp": ("msr_paraphrase_train.txt", "msr_paraphrase_test.txt"),
+    "sick-r": SICK_FILES,
+    "sick-e": SICK_FILES,
+    "sts14": tuple(f"STS.{kind}.{name}.txt" for name in STS14_SETS for kind in ("input", "gs")),
 }
 
 
@@ -62,15 +79,14 @@ class Pairs:
 
 
 def _read(directory: Path, name: str, task: str) -> bytes:
+    """The file's bytes, read as hostile input (``read_bounded``): a regular file (or a symlink to one) of
+    at most ``MAX_FILE_BYTES`` with no line over ``MAX_LINE_BYTES``."""
     path = directory / name
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise EvalDataError(
             f"{path}: missing; task {task} reads its original distribution file {name!r} from --data"
-        ) from None
-    except OSError as exc:
-        raise EvalDataError(f"{path}: cannot read {task} file {name!r} ({exc.strerror})") from None
+        )
+    return read_bounded(path, max_bytes=MAX_FILE_BYTES, max_line_bytes=MAX_LINE_BYTES, error=EvalDataError)
 
 
 def _lines(data: bytes, encoding: str) -> list[str]:
@@ -91,6 +107,31 @@ def _lines(data: bytes, encoding: str) -> list[str]:
 
 def _bad(directory: Path, name: str, task: str, why: str) -> EvalDataError:
     return EvalDataError(f"{directory / name}: not the {task} distribution file {name!r}: {why}")
+
+
+def _two_classes(directory: Path, name: str, task: str, labels: Sequence[object]) -> None:
+    """A training file needs two classes at least: with one there is nothing to fit (liblinear refuses)."""
+    if len(set(labels)) < 2:
+        raise _bad(
+            directory,
+            name,
+            task,
+            f"all {len(labels)} items have the label {labels[0]!r}; training needs two classes at least",
+        )
+
+
+def _varying_scores(directory: Path, name: str, task: str, y: Sequence[float]) -> None:
+    """Gold scores a correlation can be computed against: two at least, and not all equal."""
+    if len(y) < 2:
+        have = "only one gold score" if y else "no gold score (every line is empty)"
+        raise _bad(directory, name, task, f"{have}; a correlation needs two at least")
+    if min(y) == max(y):
+        raise _bad(
+            directory,
+            name,
+            task,
+            f"all {len(y)} gold scores are {y[0]:g}: a correlation with a constant is undefined",
+        )
 
 
 def read_binary(directory: Path, task: str) -> Binary:
@@ -133,6 +174,7 @@ def _trec_file(directory: Path, name: str) -> tuple[list[str], list[str]]:
 
 def read_trec(directory: Path) -> Labelled:
     train_texts, train_labels = _trec_file(directory, "train_5500.label")
+    _two_classes(directory, "train_5500.label", "trec", train_labels)
     test_texts, test_labels = _trec_file(directory, "TREC_10.label")
     return Labelled(train_texts, train_labels, test_texts, test_labels)
 
@@ -165,7 +207,9 @@ def _msrp_file(directory: Path, name: str) -> Pairs:
 
 
 def read_msrp(directory: Path) -> tuple[Pairs, Pairs]:
-    return _msrp_file(directory, "msr_paraphrase_train.txt"), _msrp_file(directory, "msr_paraphrase_test.txt")
+    train = _msrp_file(directory, "msr_paraphrase_train.txt")
+    _two_classes(directory, "msr_paraphrase_train.txt", "msrp", train.y.tolist())
+    return train, _msrp_file(directory, "msr_paraphrase_test.txt")
 
 
 def _sick_file(directory: Path, name: str, task: str) -> Pairs:
@@ -174,6 +218,7 @@ def _sick_file(directory: Path, name: str, task: str) -> Pairs:
     if not lines or tuple(lines[0].strip().split("\t")[:5]) != SICK_HEADER:
         raise _bad(directory, name, task, f"first line must be the header {'<TAB>'.join(SICK_HEADER)}")
     a, b, y = [], [], []
+    judgments = []
     for n, raw in enumerate(lines[1:], 2):
         fields = raw.strip().split("\t")
         if len(fields) < len(SICK_HEADER):
@@ -197,10 +242,15 @@ def _sick_file(directory: Path, name: str, task: str) -> Pairs:
                     f"line {n}: entailment {fields[4]!r} is not one of {', '.join(ENTAILMENT_IDS)}",
                 )
             y.append(ENTAILMENT_IDS[fields[4]])
+            judgments.append(fields[4])
         a.append(fields[1])
         b.append(fields[2])
     if not y:
         raise _bad(directory, name, task, "no sentence pairs after the header")
+    if task == "sick-r":  # trained on, and correlated with: every file must vary
+        _varying_scores(directory, name, task, y)
+    elif name == SICK_FILES[0]:
+        _two_classes(directory, name, task, judgments)
     return Pairs(a, b, np.array(y, dtype=np.float64 if task == "sick-r" else np.int64))
 
 
@@ -230,10 +280,14 @@ def read_sts14(directory: Path) -> dict[str, Pairs]:
             if raw == "":
                 continue
             try:
-                y.append(float(raw))
+                score = float(raw)
             except ValueError:
-                raise _bad(directory, gs, "sts14", f"line {n}: {raw!r} is not a number") from None
+                score = math.nan
+            if not math.isfinite(score):
+                raise _bad(directory, gs, "sts14", f"line {n}: {raw!r} is not a finite number")
+            y.append(score)
             a.append(" ".join(s1.split()))
             b.append(" ".join(s2.split()))
+        _varying_scores(directory, gs, "sts14", y)  # those left once the empty lines are skipped
         out[name] = Pairs(a, b, np.array(y))
     return out

@@ -11,6 +11,11 @@ class TooFewItems(ValueError):
     """A set too small for its folds (the original KFold refused it too)."""
 
 
+class DegenerateSplit(ValueError):
+    """Data a protocol cannot score although each file is well formed: a training split holding one class
+    only (liblinear refuses it), or scores that are all equal (a correlation with a constant is undefined)."""
+
+
 def kfold(n: int, k: int, *, shuffle_seed: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """``sklearn.cross_validation.KFold(n, n_folds=k)``: contiguous folds, the first ``n % k`` one longer.
 

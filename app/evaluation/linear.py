@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lnserve.app.evaluation.folds import DegenerateSplit
+
 
 def _require_sklearn() -> None:
     try:
@@ -40,13 +42,24 @@ def fit_liblinear(x: np.ndarray, y: np.ndarray, c: float):
 
     from sklearn.exceptions import ConvergenceWarning
 
+    classes = np.unique(y)
+    _require_two_classes(classes, len(y))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        if len(np.unique(y)) > 2:
+        if len(classes) > 2:
             from sklearn.multiclass import OneVsRestClassifier
 
             return OneVsRestClassifier(liblinear(c)).fit(x, y)
         return liblinear(c).fit(x, y)
+
+
+def _require_two_classes(classes: np.ndarray, n: int) -> None:
+    """A training split of one class (a fold of a set with few items of that class) cannot be fitted:
+    ``DegenerateSplit``, in both modes (liblinear's own ValueError would be an internal error)."""
+    if len(classes) < 2:
+        raise DegenerateSplit(
+            f"a training split of {n} items holds one class only; the set needs more items of each class"
+        )
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,7 @@ def fit_batched(
     weight = np.zeros((len(x), len(problems)), dtype=np.float32)
     lam = np.zeros(len(problems), dtype=np.float32)
     for p, prob in enumerate(problems):
+        _require_two_classes(np.unique(y[prob.train]), len(prob.train))
         weight[prob.train, p] = 1.0 / len(prob.train)
         lam[p] = 1.0 / (prob.c * len(prob.train))
     w_rows = torch.as_tensor(np.repeat(weight, k, axis=1), device=device)  # (n, P*K)

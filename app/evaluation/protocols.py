@@ -16,7 +16,14 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from lnserve.app.evaluation import datasets as ds
-from lnserve.app.evaluation.folds import C_GRID, TooFewItems, best_index, kfold, shuffled_order
+from lnserve.app.evaluation.folds import (
+    C_GRID,
+    DegenerateSplit,
+    TooFewItems,
+    best_index,
+    kfold,
+    shuffled_order,
+)
 from lnserve.app.evaluation.linear import Problem, fit_batched, fit_liblinear, predict_batched
 
 TASKS = ("sick-r", "sick-e", "mr", "cr", "subj", "mpqa", "trec", "msrp", "sts14")
@@ -64,6 +71,9 @@ def run_task(task: str, ctx: Context) -> dict[str, Any]:
         return runners[task](ctx)
     except TooFewItems as exc:
         raise ds.EvalDataError(f"task {task}: the files in {ctx.data} are too small: {exc}") from None
+    except DegenerateSplit as exc:
+        files = ", ".join(str(ctx.data / name) for name in ds.TASK_FILES[task])
+        raise ds.EvalDataError(f"task {task} ({files}): {exc}") from None
 
 
 # -- MR, CR, SUBJ, MPQA: eval_classification.eval_nested_kfold -----------------------------------------
@@ -363,6 +373,8 @@ def sts14(ctx: Context) -> dict[str, Any]:
     ``<eos>`` on, as SentEval's skip-thoughts batcher."""
     from scipy.stats import pearsonr, spearmanr
 
+    from lnserve.app.evaluation.relatedness import require_varying
+
     sets = ds.read_sts14(ctx.data)
     per: dict[str, dict[str, float]] = {}
     for name, p in sets.items():
@@ -374,6 +386,10 @@ def sts14(ctx: Context) -> dict[str, Any]:
         norms = np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             sim = np.nan_to_num(np.sum(va * vb, axis=1) / norms)
+        try:
+            require_varying(sim, "cosine similarity")
+        except DegenerateSplit as exc:
+            raise ds.EvalDataError(f"{ctx.data / f'STS.input.{name}.txt'}: task sts14: {exc}") from None
         per[name] = {
             "pearson": float(pearsonr(sim, p.y)[0]),
             "spearman": float(spearmanr(sim, p.y)[0]),

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from lnserve.app.evaluation.folds import DegenerateSplit
+
 CLASSES = 5
 RATINGS = np.arange(1, CLASSES + 1, dtype=np.float64)
 
@@ -31,9 +33,22 @@ def expected_score(proba: np.ndarray) -> np.ndarray:
 
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson r of the model's scores ``a`` with the gold ``b`` (which the reader checked: not constant).
+    Raises DegenerateSplit when the model scores every pair alike: r is undefined, never a NaN result."""
     from scipy.stats import pearsonr
 
+    require_varying(a, "scores")
     return float(pearsonr(a, b)[0])
+
+
+def require_varying(scores: np.ndarray, what: str) -> None:
+    """A correlation needs ``scores`` that vary: the model gives every pair the same one when, for example,
+    all the sentences are made of words it does not know."""
+    if len(scores) > 0 and np.ptp(scores) == 0:
+        raise DegenerateSplit(
+            f"the model gives all {len(scores)} pairs the same {what} ({float(scores[0]):g}): the "
+            "correlation is undefined (are the sentences all alike, or all unknown words to the model?)"
+        )
 
 
 def train_softmax(

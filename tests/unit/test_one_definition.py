@@ -63,3 +63,13 @@ def test_sentences_reach_vectors_by_one_path() -> None:
 
 def test_the_graph_cells_share_one_norm() -> None:
     assert _where(r"def norm\(self, g: GraphBuilder") == ["runtime/onnx_graph/norms.py"]
+
+
+def test_files_named_to_the_cli_are_read_through_one_reader() -> None:
+    """Every data file a command or an evaluation set names goes through ``lnserve.input_files`` (regular
+    files only, bounded in size and per line): a direct read would take a FIFO, /dev/zero or one endless
+    line. ``load_matrix`` hands numpy the descriptor ``open_regular`` checked."""
+    direct = r"\.read_bytes\(|\.read_text\(|with open\(|\.open\([\"']r|np\.load\(|np\.fromfile\("
+    readers = [name for name in _where(direct) if name.startswith(("commands/", "evaluation/"))]
+    assert readers == ["commands/common.py"]
+    assert _where(r"read_bounded\(") == ["commands/common.py", "evaluation/datasets.py"]

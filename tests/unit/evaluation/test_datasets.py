@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lnserve.app.evaluation import datasets as ds
-from tests.support import eval_sets
+from tests.support import eval_sets, hostile_files
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +117,24 @@ def test_malformed_file_is_one_line_naming_it(
     with pytest.raises(ds.EvalDataError) as err:
         check_task_files(task, tmp_path, fast=False)
     assert name in str(err.value) and needle in str(err.value) and "\n" not in str(err.value)
+
+
+TASK_FILES = [(task, name) for task, names in ds.TASK_FILES.items() for name in names]
+
+
+@pytest.mark.parametrize("kind", hostile_files.KINDS)
+@pytest.mark.parametrize(("task", "name"), TASK_FILES, ids=[f"{t}:{n}" for t, n in TASK_FILES])
+def test_every_set_file_refuses_hostile_files(
+    data: Path, tmp_path: Path, task: str, name: str, kind: str
+) -> None:
+    """Each file of each task: a FIFO, /dev/zero, a directory, one line over the bound, a file over the size
+    bound; refused within seconds, naming the file, before any model is loaded."""
+    from lnserve.app.evaluation.readiness import check_task_files
+
+    for f in data.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    bad = tmp_path / name
+    hostile_files.make(kind, bad, max_bytes=ds.MAX_FILE_BYTES, max_line_bytes=ds.MAX_LINE_BYTES, pad=True)
+    exc = hostile_files.raised_within(10, lambda: check_task_files(task, tmp_path, fast=True), bad)
+    assert isinstance(exc, ds.EvalDataError), exc
+    assert str(exc).startswith(f"{bad}: ") and "\n" not in str(exc)
