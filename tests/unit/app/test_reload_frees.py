@@ -8,16 +8,11 @@ import asyncio
 import gc
 import weakref
 
-import pytest
-
-import lnserve.app.serving.registry as registry_module
 from lnserve.app.serving.registry import ModelRegistry
 from lnserve.app.settings import Settings
 
 
-def test_old_versions_are_freed_without_the_garbage_collector(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry_module, "RETIRE_GRACE_S", 0.0)
-
+def test_old_versions_are_freed_without_the_garbage_collector() -> None:
     async def reload_three_times() -> list[weakref.ref[object]]:
         registry = ModelRegistry(Settings(threads=1))
         await registry.open()
