@@ -299,10 +299,10 @@ def test_a_reload_storm_of_a_published_size_model_keeps_two_versions_at_most(tmp
     order-embedding model (300 -> 1024, 4096-d images) while a client keeps encoding. At most two versions
     are resident at any time (a reload waits for the previous one's old version to retire, which happens
     when its last request ends, not after a fixed grace), and freed memory goes back to the system: the
-    server's RSS at its peak grows by at most ~3 versions' worth (two versions, and staging one also holds
-    its export's buffers for a moment), and after the storm is within ~1 version of before. One version's worth
-    is measured: RSS serving the model minus RSS serving the demo model. (Before the fix, every old version
-    waited out a 5 s grace and glibc kept the freed heap: the storm grew RSS by gigabytes.)"""
+    server's RSS at its peak grows by at most ~3 versions' worth (two versions, and staging one also
+    holds its export's buffers for a moment), and after the storm is within ~1 version of before. One
+    version's worth is measured: RSS serving the model minus RSS serving the demo model. (Before the fix,
+    every old version waited out a 5 s grace and glibc kept the freed heap: RSS grew by gigabytes.)"""
     (tmp_path / "demo").mkdir()
     demo = start_server(tmp_path / "demo")
     try:
