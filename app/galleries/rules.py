@@ -21,6 +21,8 @@ from lnserve.app.galleries.layout import (
 )
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.runtime.retrieval import Side
+from lnserve.converters import bounded_json
+from lnserve.converters.bounded_json import check_depth
 
 # The one definition of a gallery name (store, HTTP schemas, CLI); always matched whole (``fullmatch``): a
 # ``$`` anchor would also match before a trailing newline and let ``"evil\n"`` become a directory name.
@@ -48,9 +50,19 @@ def _require_utf8(text: str, what: str) -> None:
         raise GalleryInputError(f"{what} must be valid Unicode (no lone surrogates)") from None
 
 
+# A payload nests at most this many levels: stored ones are read back within the same bound, and answers
+# are written by orjson, which refuses anything deeper than 254 (deeper ones are read back, never written)
+PAYLOAD_MAX_DEPTH = 128
+PAYLOAD_READ_DEPTH = 254
+
+
 def _dump_payload(payload: Any) -> str | None:
     if payload is None:
         return None
+    try:
+        check_depth(payload, PAYLOAD_MAX_DEPTH)
+    except ValueError as exc:
+        raise GalleryInputError(f"payload: {exc}") from None
     try:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -63,9 +75,10 @@ def _load_payload(name: str, text: Any) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return bounded_json.loads(text, max_depth=PAYLOAD_READ_DEPTH)
     except (TypeError, ValueError):
-        raise GalleryCorruptError(name, f"an item payload in {DB} is not JSON") from None
+        why = f"an item payload in {DB} is not JSON (or nests too deeply)"
+        raise GalleryCorruptError(name, why) from None
 
 
 def _as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:

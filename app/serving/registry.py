@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import re
 import time
@@ -33,7 +32,7 @@ from lnserve.app.serving.errors import (
 )
 from lnserve.app.serving.memory import release_memory
 from lnserve.app.settings import InvalidSettingError, Settings
-from lnserve.converters.artifact import MANIFEST, check_model_name
+from lnserve.converters.artifact import MANIFEST, check_model_name, read_manifest
 from lnserve.converters.errors import ArtifactError
 from lnserve.errors import LnserveError, UserInputError
 
@@ -97,7 +96,7 @@ def resolve_model_dirs(settings: Settings) -> ModelDirs:
     out: list[tuple[str, Path, dict[str, Any]]] = []
     for d in dirs:
         try:
-            manifest = json.loads((Path(d) / MANIFEST).read_text(encoding="utf-8"))
+            manifest = read_manifest(Path(d))
         except (OSError, ValueError) as exc:
             raise ArtifactError(f"{d}: not a model artifact ({MANIFEST}: {exc})") from None
         name = str(manifest.get("name") or Path(d).name) if isinstance(manifest, dict) else Path(d).name
@@ -655,11 +654,14 @@ class ModelRegistry:
     async def _load_version(self, old: ModelEntry) -> ModelEntry:
         """A new, warmed-up entry for ``old``'s directory, or ReloadFailedError with the reason."""
         try:
-            manifest = json.loads((old.path / MANIFEST).read_text(encoding="utf-8"))
+            manifest = read_manifest(old.path)
             if not isinstance(manifest, dict):
                 raise ArtifactError(f"{MANIFEST} is not a JSON object")
         except (OSError, ValueError, ArtifactError) as exc:
-            reason = f"{MANIFEST}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+            if isinstance(exc, OSError):
+                reason = f"{MANIFEST}: {exc.strerror}"
+            else:  # not JSON, or over a bound (bounded_json): a 4xx with the reason, never a 500
+                reason = str(exc) if isinstance(exc, ArtifactError) else f"{MANIFEST}: {exc}"
             raise ReloadFailedError(
                 f"model {old.name!r}: not a model artifact ({public_reason(reason, old.path)}); "
                 "the old version serves on"
