@@ -13,7 +13,6 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -135,9 +134,8 @@ def _takes_a_model_name(schema: dict[str, Any]) -> set[tuple[str, str]]:
         for method, op in ops.items():
             params = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
-            if "model" in (props(body) if body else set()) or "model_id" in params:
-                out.add((method, path))
-            elif path.startswith("/models/") and params:
+            named = "model_id" in params or (path.startswith("/models/") and bool(params))
+            if named or "model" in (props(body) if body else set()):
                 out.add((method, path))
     return out
 
