@@ -124,6 +124,7 @@ def test_lnserve_serve_refuses_a_hostile_manifest(tmp_path: Path, form: str) -> 
         ("LNSERVE_MODEL_ALIASES", "..=demo-lngru"),
         ("LNSERVE_MODEL_ALIASES", '{"a\\nb": "demo-lngru"}'),
         ("LNSERVE_MODEL_ALIASES", "a/b=demo-lngru"),
+        ("LNSERVE_MODEL_ALIASES", "a\nb=demo-lngru"),
     ],
 )
 def test_a_hostile_json_or_alias_setting_is_one_line(tmp_path: Path, variable: str, value: str) -> None:

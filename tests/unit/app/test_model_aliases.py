@@ -25,6 +25,27 @@ def test_malformed_pairs_are_invalid_settings(monkeypatch: pytest.MonkeyPatch, v
         load_settings()
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "..=demo-lngru",
+        ".=demo-lngru",
+        "a\nb=demo-lngru",
+        "a/b=demo-lngru",
+        '{"a\\\\b": "demo-lngru"}',
+        '{"": "x"}',
+    ],
+)
+def test_an_alias_must_be_a_valid_model_name(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """Clients send an alias as a model name (``/models/NAME/reload`` too): it obeys the same rule."""
+    monkeypatch.setenv("LNSERVE_MODEL_ALIASES", value)
+    with pytest.raises(
+        InvalidSettingError, match=r"^LNSERVE_MODEL_ALIASES=.*: bad alias .*model name"
+    ) as err:
+        load_settings()
+    assert "\n" not in str(err.value)
+
+
 def test_an_alias_must_name_a_served_model_and_hide_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LNSERVE_MODEL_ALIASES", "ada=nope")
     with pytest.raises(InvalidSettingError, match="'nope' is not among the models"):
