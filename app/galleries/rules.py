@@ -50,10 +50,12 @@ def _require_utf8(text: str, what: str) -> None:
         raise GalleryInputError(f"{what} must be valid Unicode (no lone surrogates)") from None
 
 
-# A payload nests at most this many levels: stored ones are read back within the same bound, and answers
-# are written by orjson, which refuses anything deeper than 254 (deeper ones are read back, never written)
+# A payload stored from now on nests at most PAYLOAD_MAX_DEPTH levels. Stored ones are read within a bound
+# too (a crafted database is quarantined, never a RecursionError), one above anything an older version
+# could have stored (its request parser stopped near the interpreter's recursion limit), so no gallery
+# written before the bound turns corrupt.
 PAYLOAD_MAX_DEPTH = 128
-PAYLOAD_READ_DEPTH = 254
+PAYLOAD_READ_DEPTH = 1000
 
 
 def _dump_payload(payload: Any) -> str | None:

@@ -204,3 +204,23 @@ def test_a_gallery_with_hostile_stored_json_is_quarantined_not_a_500(tmp_path: P
             assert c.get("/info").status_code == 200
     finally:
         server.stop()
+
+
+def test_a_payload_is_stored_only_if_it_can_be_read_and_answered(tmp_path: Path) -> None:
+    """The write side of the payload bound: a payload nesting 300 levels (the parser of request bodies
+    takes it) is refused with 422 ``invalid_input`` instead of being stored; 100 levels are stored and
+    come back with the results. What is stored is what every reader reads back within its bound."""
+    server = start_server(tmp_path, env={"LNSERVE_API_KEY": KEY})
+    try:
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as c:
+            assert c.post("/galleries", json={"name": "g", "kind": "captions"}).status_code == 201
+            for depth, status in ((300, 422), (100, 200)):
+                payload = "[" * (depth - 1) + "1" + "]" * (depth - 1)
+                body = f'{{"items": [{{"id": "d{depth}", "text": "a red circle", "payload": {payload}}}]}}'
+                r = c.post("/galleries/g/items", content=body, headers={"content-type": "application/json"})
+                assert r.status_code == status, f"depth {depth}: {r.text[:300]}"
+            r = c.post("/retrieve", json={"gallery": "g", "query": {"text": "a red circle"}})
+            assert r.status_code == 200, r.text[:300]
+            assert [hit["id"] for hit in r.json()["results"]] == ["d100"], r.text[:300]
+    finally:
+        server.stop()
