@@ -107,7 +107,8 @@ def resolve_model_dirs(settings: Settings) -> ModelDirs:
         if any(name == n for n, _, _ in out):
             raise ArtifactError(f"two models are named {name!r} ({d}); rename one when converting")
         out.append((name, Path(d), manifest))
-    if settings.default_model and settings.default_model not in {n for n, _, _ in out}:
+    default = settings.model_aliases.get(settings.default_model or "", settings.default_model)
+    if default and default not in {n for n, _, _ in out}:
         names = ", ".join(n for n, _, _ in out)
         raise InvalidSettingError(
             f"default model {settings.default_model!r} is not among the models ({names})"
@@ -523,7 +524,9 @@ class ModelRegistry:
                 on_failure=self._batcher_failed(name),
             )
             self.entries[name] = ModelEntry(name, path, manifest, batcher, s)
-        self.default_name = s.default_model or resolved[0][0]
+        # LNSERVE_DEFAULT_MODEL may name a model by an alias too: the default is the model it names
+        default = s.model_aliases.get(s.default_model or "", s.default_model)
+        self.default_name = default or resolved[0][0]
 
     async def load(self) -> dict[str, Exception]:
         """Build each engine in its model's worker thread, then warm it up through the batcher.
