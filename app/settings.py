@@ -37,9 +37,9 @@ def _split_list(value: object) -> object:
     if isinstance(value, str):
         value = value.strip()
         if value.startswith("["):
-            import json
+            from lnserve.converters.bounded_json import loads
 
-            return json.loads(value)
+            return loads(value)
         return [v.strip() for v in value.split(",") if v.strip()]
     return value
 
@@ -50,9 +50,9 @@ def _split_pairs(value: object) -> object:
         return value
     value = value.strip()
     if value.startswith("{"):
-        import json
+        from lnserve.converters.bounded_json import loads
 
-        return json.loads(value)
+        return loads(value)
     pairs: dict[str, str] = {}
     for item in filter(None, (v.strip() for v in value.split(","))):
         alias, sep, model = (p.strip() for p in item.partition("="))
@@ -208,6 +208,20 @@ class Settings(BaseSettings):
     def _aliases(cls, value: object) -> object:
         return _split_pairs(value)
 
+    @field_validator("model_aliases")
+    @classmethod
+    def _alias_names(cls, value: dict[str, str]) -> dict[str, str]:
+        """An alias is a model name a client sends (in a body, or in ``/models/NAME/reload``): it obeys the
+        rule of model names (``converters.url_segment``), so ``..`` or a control character is refused."""
+        from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
+
+        for alias in value:
+            fault = segment_fault(alias) if alias else "it is empty"
+            if fault is not None:
+                rule = f"an alias, like a model name, must be {SEGMENT_RULE}"
+                raise ValueError(f"bad alias {alias!r}: {fault}; {rule}")
+        return value
+
     @field_validator("api_key", "default_model", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
@@ -267,11 +281,17 @@ def load_settings(flags: dict[str, Any] | None = None) -> Settings:
         raise InvalidSettingError("; ".join(dict.fromkeys(problems))) from None
 
 
+def _shown(value: object, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a 100 KB value would bury the message's point."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _describe(err: Any, flags: dict[str, Any]) -> str:
     """``LNSERVE_PORT='abc': port must be an integer from 0 to 65535`` for one pydantic error."""
     name = str(err["loc"][0]) if err["loc"] else ""
     field = Settings.model_fields.get(name)
-    value = "<hidden>" if name == "api_key" else repr(err.get("input"))
+    value = "<hidden>" if name == "api_key" else _shown(err.get("input"))
     flag = f"--{name.replace('_', '-')} {value}"
     source = flag if name in flags else f"LNSERVE_{name.upper()}={value}"
     allowed = _allowed(name, field) if field is not None else None

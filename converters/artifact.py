@@ -22,6 +22,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
+from lnserve.converters.bounded_json import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, read_json_file
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
 from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 from lnserve.hashing import sha256_file, sha256_unchanged_file
@@ -220,8 +221,10 @@ class Artifact:
         return self._tensors
 
     def read_json(self, name: str) -> Any:
+        """One of the artifact's JSON files (``vocab.json``, ``dictionary.json``), within size and depth
+        bounds: an artifact may come from anyone (``bounded_json``)."""
         try:
-            return json.loads((self.path / name).read_text(encoding="utf-8"))
+            return read_json_file(self.path / name, max_bytes=TABLE_MAX_BYTES)
         except (OSError, ValueError) as exc:
             raise ManifestMismatchError(f"{self.path / name}: unreadable ({exc})") from None
 
@@ -233,6 +236,17 @@ class Artifact:
             raise ManifestMismatchError(f"{self.path / name}: unreadable table ({exc})") from None
 
 
+def read_manifest(directory: Path) -> Any:
+    """The JSON value of ``directory``'s manifest, read within bounds (a regular file of at most
+    ``MANIFEST_MAX_BYTES``, nested at most ``MAX_DEPTH`` levels); not yet checked as a manifest.
+
+    Raises:
+        OSError: it cannot be read.
+        ValueError: it is not JSON, or over a bound.
+    """
+    return read_json_file(Path(directory) / MANIFEST, max_bytes=MANIFEST_MAX_BYTES)
+
+
 def read_artifact(path: Path) -> Artifact:
     """Open and check an artifact: format version, family, and every file against the manifest."""
     path = Path(path)
@@ -240,7 +254,7 @@ def read_artifact(path: Path) -> Artifact:
     if not mpath.is_file():
         raise ArtifactError(f"{path}: not a model artifact (no {MANIFEST}); convert a checkpoint first")
     try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        manifest = read_manifest(path)
     except (OSError, ValueError) as exc:
         raise ManifestMismatchError(f"{mpath}: not valid JSON ({exc})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("format_version"), int):

@@ -13,6 +13,7 @@ import typer
 from lnserve.app.commands.common import BackendOpt, load_matrix, progress_bar, read_lines
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
 from lnserve.app.runtime.errors import EncodeInputError
+from lnserve.converters import bounded_json
 from lnserve.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -40,14 +41,16 @@ def _store(root: Path | None) -> GalleryStore:
 
 
 def _read_payloads(path: Path, expected: int) -> list[Any]:
-    """One JSON value per line; the count must match the items."""
+    """One JSON value per line, nested as deep as a stored payload may be; the count must match the items."""
+    from lnserve.app.galleries.rules import PAYLOAD_MAX_DEPTH
+
     lines = read_lines(path)
     if len(lines) != expected:
         raise EncodeInputError(f"{path}: {len(lines)} payload lines for {expected} items")
     out = []
     for n, line in enumerate(lines, 1):
         try:
-            out.append(json.loads(line))
+            out.append(bounded_json.loads(line, max_depth=PAYLOAD_MAX_DEPTH))
         except ValueError as exc:
             raise EncodeInputError(f"{path}:{n}: not valid JSON ({exc})") from None
     return out

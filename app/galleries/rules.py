@@ -21,6 +21,8 @@ from lnserve.app.galleries.layout import (
 )
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.runtime.retrieval import Side
+from lnserve.converters import bounded_json
+from lnserve.converters.bounded_json import check_depth
 
 # The one definition of a gallery name (store, HTTP schemas, CLI); always matched whole (``fullmatch``): a
 # ``$`` anchor would also match before a trailing newline and let ``"evil\n"`` become a directory name.
@@ -48,9 +50,21 @@ def _require_utf8(text: str, what: str) -> None:
         raise GalleryInputError(f"{what} must be valid Unicode (no lone surrogates)") from None
 
 
+# A payload stored from now on nests at most PAYLOAD_MAX_DEPTH levels. Stored ones are read within a bound
+# too (a crafted database is quarantined, never a RecursionError), one above anything an older version
+# could have stored (its request parser stopped near the interpreter's recursion limit), so no gallery
+# written before the bound turns corrupt.
+PAYLOAD_MAX_DEPTH = 128
+PAYLOAD_READ_DEPTH = 1000
+
+
 def _dump_payload(payload: Any) -> str | None:
     if payload is None:
         return None
+    try:
+        check_depth(payload, PAYLOAD_MAX_DEPTH)
+    except ValueError as exc:
+        raise GalleryInputError(f"payload: {exc}") from None
     try:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -63,9 +77,10 @@ def _load_payload(name: str, text: Any) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return bounded_json.loads(text, max_depth=PAYLOAD_READ_DEPTH)
     except (TypeError, ValueError):
-        raise GalleryCorruptError(name, f"an item payload in {DB} is not JSON") from None
+        why = f"an item payload in {DB} is not JSON (or nests too deeply)"
+        raise GalleryCorruptError(name, why) from None
 
 
 def _as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:

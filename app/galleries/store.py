@@ -94,6 +94,7 @@ from lnserve.app.galleries.sqlite_faults import (
 from lnserve.app.galleries.use_guards import _out_of_space_reported, _removal_reported
 from lnserve.app.runtime.model_ref import ModelRef
 from lnserve.app.runtime.retrieval import metric_for
+from lnserve.converters import bounded_json
 from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 from lnserve.storage import storage_full
 
@@ -434,7 +435,7 @@ class GalleryStore(GallerySearch, GalleryChecks):
         if row is None:
             raise GalleryCorruptError(name, f"{DB} holds no gallery description")
         try:
-            meta = json.loads(row[0])
+            meta = bounded_json.loads(row[0])
         except (TypeError, ValueError):
             raise GalleryCorruptError(name, f"the gallery description in {DB} is not JSON") from None
         try:
@@ -460,7 +461,8 @@ class GalleryStore(GallerySearch, GalleryChecks):
         try:
             with self._db(name) as db:
                 db.execute("BEGIN IMMEDIATE")
-                meta = json.loads(db.execute("SELECT value FROM meta WHERE key = 'info'").fetchone()[0])
+                row = db.execute("SELECT value FROM meta WHERE key = 'info'").fetchone()
+                meta = bounded_json.loads(row[0])
                 if meta.get("model_identity") is not None:
                     db.execute("ROLLBACK")
                     return

@@ -38,6 +38,7 @@ LnserveError
 ├── DeadlineExceededError      (deadline_exceeded, 504)   queued past its deadline (app.serving.batcher)
 ├── ReloadFailedError          (reload_failed, 422)       new version failed to load (app.serving.registry)
 ├── ModelRenamedError          (model_renamed, 409)       the new version's manifest renames the model
+├── ReloadBusyError            (reload_in_progress, 409)  serve --ray: another reload of it is staged
 ├── BatchError                 (internal_error, 500)      a batch failed (app.serving.batcher)
 ├── BodyParserError            (internal_error, 500)      the large-body parser process died
 └── ClientClosedError          (client_closed_request, 499) the client went away; nobody reads it
@@ -118,6 +119,7 @@ HTTP_STATUSES: dict[str, int] = {
     "reload_failed": 422,
     "reload_disabled": 403,
     "model_renamed": 409,
+    "reload_in_progress": 409,
     "request_too_large": 413,
     "answer_too_large": 413,
     "request_timeout": 408,

@@ -14,6 +14,11 @@ old version; one that missed another replica would leave that one on it. A repli
 replacement, an autoscaled one) loads the model's directory, which is the version the last successful
 reload staged. What one replica staged and never heard back about (its coordinator died) is dropped after
 ``STAGED_TTL_S``.
+
+The name is resolved once, by the coordinator (``ModelRegistry.resolve``): an alias is broadcast as the
+model it names. Each replica keeps the registry's rule of two versions at most: its stage waits for an old
+version still retiring there, and one that finds another coordinator's version staged refuses (409
+``reload_in_progress``, and this reload is aborted everywhere) rather than loading a third.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from lnserve.app.serving.registry import ModelEntry, ModelRegistry, ReloadFailedError
+from lnserve.app.serving.registry import ModelEntry, ModelRegistry, ReloadBusyError, ReloadFailedError
 from lnserve.errors import LnserveError
 
 log = logging.getLogger("lnserve.scale.reload")
@@ -89,11 +94,12 @@ class ClusterReload:
         self._lock = asyncio.Lock()  # one reload at a time through this replica
 
     async def __call__(self, name: str) -> ModelEntry:
-        self.registry.get(name)  # ModelNotFoundError (404) before anything is loaded
+        name = self.registry.resolve(name)  # ModelNotFoundError (404) before anything; an alias: its model
         token = uuid.uuid4().hex
         async with self._lock:
             await self._await_membership(name)
             staged = await self.broadcast("stage_reload", token, name)
+            busy = next((r[1] for r in staged if _refused(r, ReloadBusyError)), None)
             failures = [f for f in map(_failure, staged) if f is not None]
             shas = {r[1] for r in staged if _failure(r) is None}
             if not failures and len(shas) > 1:
@@ -102,6 +108,8 @@ class ClusterReload:
                 await self._abort(token)
                 why = "; ".join(dict.fromkeys(failures)) or "no replica answered"
                 log.warning("reload of model %s aborted on every replica: %s", name, why)
+                if busy is not None:  # another coordinator's reload is staged: 409, as without Ray
+                    raise busy
                 raise ReloadFailedError(
                     f"model {name!r} was not reloaded on any of {len(staged)} replicas, the old version "
                     f"serves on: {why}"
@@ -111,7 +119,7 @@ class ClusterReload:
             if lost:  # staged everywhere, so a replica that failed now has died: its successor loads it
                 log.warning("reload of model %s: %d replica(s) did not confirm the swap", name, len(lost))
             log.info("model %s reloaded on %d replicas", name, len(staged))
-        return self.registry.get(name)
+        return self.registry.entries[name]
 
     async def _await_membership(self, name: str) -> None:
         """Return once a broadcast reaches this replica and ``expected`` replicas in all.
@@ -145,6 +153,11 @@ class ClusterReload:
         for result in await self.broadcast("abort_reload", token):
             if isinstance(result, BaseException):
                 log.warning("a replica could not drop a staged version: %s", result)
+
+
+def _refused(result: Any, error: type[LnserveError]) -> bool:
+    """Whether one replica's stage answered ``error``."""
+    return isinstance(result, tuple) and result[0] == "error" and isinstance(result[1], error)
 
 
 def _failure(result: Any) -> str | None:

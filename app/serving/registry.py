@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import re
 import time
@@ -31,8 +30,9 @@ from lnserve.app.serving.errors import (
     SentenceTooLongError,
     TooManySentencesError,
 )
+from lnserve.app.serving.memory import release_memory
 from lnserve.app.settings import InvalidSettingError, Settings
-from lnserve.converters.artifact import MANIFEST, check_model_name
+from lnserve.converters.artifact import MANIFEST, check_model_name, read_manifest
 from lnserve.converters.errors import ArtifactError
 from lnserve.errors import LnserveError, UserInputError
 
@@ -42,13 +42,21 @@ INLINE_TOKENIZE_CHARS = 64 * 1024  # larger request texts are tokenised off the 
 
 State = Literal["pending", "loading", "ready", "failed"]
 WARMUP_SENTENCE = "a dog sitting on a table"
-RETIRE_GRACE_S = 5.0  # a reloaded model's old version keeps taking jobs this long before it drains
+RETIRE_WAIT_MIN_S = 60.0  # a retiring version waits at most max(this, 2 x request_timeout) for its holders
 
 
 class ReloadFailedError(LnserveError):
     """``POST /models/NAME/reload`` could not load, check or warm the new version: the old one serves on."""
 
     code = "reload_failed"
+
+
+class ReloadBusyError(LnserveError):
+    """``serve --ray``: another replica's reload of this model is staged here and not yet committed. At most
+    two versions of a model are resident (the serving one and one staged or retiring), so this one is
+    refused rather than loaded as a third; retry when that reload has answered."""
+
+    code = "reload_in_progress"
 
 
 class ModelRenamedError(LnserveError):
@@ -88,7 +96,7 @@ def resolve_model_dirs(settings: Settings) -> ModelDirs:
     out: list[tuple[str, Path, dict[str, Any]]] = []
     for d in dirs:
         try:
-            manifest = json.loads((Path(d) / MANIFEST).read_text(encoding="utf-8"))
+            manifest = read_manifest(Path(d))
         except (OSError, ValueError) as exc:
             raise ArtifactError(f"{d}: not a model artifact ({MANIFEST}: {exc})") from None
         name = str(manifest.get("name") or Path(d).name) if isinstance(manifest, dict) else Path(d).name
@@ -99,7 +107,8 @@ def resolve_model_dirs(settings: Settings) -> ModelDirs:
         if any(name == n for n, _, _ in out):
             raise ArtifactError(f"two models are named {name!r} ({d}); rename one when converting")
         out.append((name, Path(d), manifest))
-    if settings.default_model and settings.default_model not in {n for n, _, _ in out}:
+    default = settings.model_aliases.get(settings.default_model or "", settings.default_model)
+    if default and default not in {n for n, _, _ in out}:
         names = ", ".join(n for n, _, _ in out)
         raise InvalidSettingError(
             f"default model {settings.default_model!r} is not among the models ({names})"
@@ -169,6 +178,38 @@ class ModelEntry:
     state: State = "pending"
     error: str | None = field(default=None, repr=False)
     loaded_at: float | None = None  # when this version turned ready (unix time)
+    # the tasks (requests) that looked this version up and have not finished: a retired version is closed
+    # and freed as soon as the last of them ends (``ModelRegistry.swap``), not after a fixed grace
+    _holders: set[asyncio.Task[Any]] = field(default_factory=set, repr=False)
+    _released: asyncio.Event | None = field(default=None, repr=False)
+
+    # -- holders ------------------------------------------------------------------------------------
+    def hold(self) -> None:
+        """The calling task uses this version until it finishes (no-op outside a task: CLI, tests)."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no running event loop
+            return
+        if task is None or task in self._holders or task.done():
+            return
+        self._holders.add(task)
+        task.add_done_callback(self._let_go)
+
+    def _let_go(self, task: asyncio.Task[Any]) -> None:
+        self._holders.discard(task)
+        if not self._holders and self._released is not None:
+            self._released.set()
+
+    async def released(self, timeout: float) -> bool:
+        """Wait until no task holds this version; False if ``timeout`` passed first."""
+        if not self._holders:
+            return True
+        self._released = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._released.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     # -- requests -----------------------------------------------------------------------------------
     def check_count(self, n: int) -> None:
@@ -285,6 +326,8 @@ class ModelEntry:
 
     def _engine(self) -> Engine:
         if self.engine is None:
+            if self.state == "ready":  # a retired version still held past its wait (``_retire``)
+                raise NotReadyError(f"model {self.name!r} was reloaded while this request ran; retry")
             raise NotReadyError(f"model {self.name!r} is {self.state}; retry when /ready says so")
         return self.engine
 
@@ -320,6 +363,15 @@ class ModelEntry:
             "identity": self.ref.identity if self.ref else None,
             "loaded_at": _iso(self.loaded_at),
         }
+
+
+@dataclass(eq=False)
+class _Beside:
+    """The one version of a model allowed beside its serving one: staged (loading, or loaded and waiting
+    for its swap), then, once swapped in, the old version retiring. ``gone`` is set when it is freed."""
+
+    staged: bool = True
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def _engine_runner(
@@ -400,6 +452,7 @@ class ModelRegistry:
         self.default_name: str | None = None
         self._reload_lock = asyncio.Lock()  # one reload at a time
         self._retiring: set[asyncio.Task[None]] = set()  # old versions draining after a reload
+        self._beside: dict[str, _Beside] = {}  # per model: the one version beside the serving one
 
     @property
     def ready(self) -> bool:
@@ -414,8 +467,11 @@ class ModelRegistry:
             if e.state == "failed"
         }
 
-    def get(self, name: str | None) -> ModelEntry:
-        """The named model, or the default one for ``None``.
+    def resolve(self, name: str | None) -> str:
+        """The served model's own name for ``name`` (an alias of ``LNSERVE_MODEL_ALIASES`` included), the
+        default model's for ``None``: the one place a name from a request becomes a model. Everything
+        that takes a model name (requests, reload, galleries, metrics) goes through it, so an alias is only
+        ever another name for its model, never an entry of its own.
 
         Raises:
             ModelNotFoundError: no model has that name.
@@ -424,14 +480,25 @@ class ModelRegistry:
         if name is None:
             if self.default_name is None:
                 raise NotReadyError("no model is loaded yet")
-            return self.entries[self.default_name]
+            return self.default_name
         if name not in self.entries:  # LNSERVE_MODEL_ALIASES: a name a client insists on (text-embedding-...)
             name = self.settings.model_aliases.get(name, name)
-        try:
-            return self.entries[name]
-        except KeyError:
+        if name not in self.entries:
             known = ", ".join(sorted(self.entries)) or "none yet"
-            raise ModelNotFoundError(f"no model named {name!r} (models: {known})") from None
+            raise ModelNotFoundError(f"no model named {name!r} (models: {known})")
+        return name
+
+    def get(self, name: str | None) -> ModelEntry:
+        """The named model (or alias), or the default one for ``None``, held by the calling task until it
+        ends: a reload retires this version only once no request holds it (``ModelEntry.hold``).
+
+        Raises:
+            ModelNotFoundError: no model has that name.
+            NotReadyError: no model is configured yet (startup).
+        """
+        entry = self.entries[self.resolve(name)]
+        entry.hold()
+        return entry
 
     async def open(self) -> None:
         """Resolve the model directories and read their manifests (fast; errors stop startup)."""
@@ -457,7 +524,9 @@ class ModelRegistry:
                 on_failure=self._batcher_failed(name),
             )
             self.entries[name] = ModelEntry(name, path, manifest, batcher, s)
-        self.default_name = s.default_model or resolved[0][0]
+        # LNSERVE_DEFAULT_MODEL may name a model by an alias too: the default is the model it names
+        default = s.model_aliases.get(s.default_model or "", s.default_model)
+        self.default_name = default or resolved[0][0]
 
     async def load(self) -> dict[str, Exception]:
         """Build each engine in its model's worker thread, then warm it up through the batcher.
@@ -507,54 +576,95 @@ class ModelRegistry:
         for entry in self.entries.values():
             await entry.batcher.close()
         for task in list(self._retiring):
-            task.cancel()  # skips the grace period; the drain itself is shielded
+            task.cancel()  # stops waiting for holders; the drain itself is shielded
             await asyncio.gather(task, return_exceptions=True)
 
     async def reload(self, name: str) -> ModelEntry:
         """Load the artifact now in model ``name``'s directory beside the serving version, warm it up,
-        switch to it atomically, then drain the old version (its queued jobs finish; it takes new jobs for
-        ``RETIRE_GRACE_S`` more, for requests that looked it up just before the switch).
+        switch to it atomically, then retire the old version: it serves the requests that looked it up
+        before the switch, and is closed and freed the moment the last of them ends.
+
+        At most two versions of a model are resident: a reload while the previous one's old version is
+        still retiring waits for it (its requests end within their deadline), and reloads run one at a
+        time, each loading the directory as it is when its turn comes.
 
         Raises:
-            ModelNotFoundError: no model of that name.
+            ModelNotFoundError: no model of that name (aliases resolve to their model).
             ReloadFailedError: the new version cannot be read, verified or warmed (the old one serves on).
         """
+        name = self.resolve(name)
         async with self._reload_lock:
             return self.swap(name, await self.stage(name))
 
     async def stage(self, name: str) -> ModelEntry:
         """The first half of ``reload``: the new version loaded and warmed beside the serving one, not yet
         served (``serve --ray`` stages on every replica before any swaps). Discard it with ``discard``.
+        Waits for a retiring old version to be gone first (two versions at most).
 
         Raises:
             ModelNotFoundError: no model of that name.
+            ReloadBusyError: another version of it is staged and not yet swapped in or discarded.
             ReloadFailedError: the new version cannot be read, verified or warmed.
         """
-        return await self._load_version(self.get(name))
+        name = self.resolve(name)
+        while (beside := self._beside.get(name)) is not None:
+            if beside.staged:
+                raise ReloadBusyError(
+                    f"model {name!r} is being reloaded already (a new version is staged); the old version "
+                    "serves on: retry when that reload has answered"
+                )
+            await beside.gone.wait()  # a retiring version: its last requests finish within their deadline
+        beside = self._beside[name] = _Beside()
+        try:
+            return await self._load_version(self.entries[name])
+        except BaseException:
+            self._let_go_beside(name, beside)
+            raise
 
     def swap(self, name: str, new: ModelEntry) -> ModelEntry:
-        """The second half of ``reload``: serve the staged ``new`` from now on and drain the old version."""
-        old = self.get(name)
+        """The second half of ``reload``: serve the staged ``new`` from now on and retire the old version."""
+        name = self.resolve(name)
+        if new.name != name:
+            raise ValueError(f"a staged version of {new.name!r} cannot replace model {name!r}")
+        old = self.entries[name]
         self.entries[name] = new  # requests from now on get the new version
         log.info("model %s reloaded: sha256 %s -> %s", name, _sha(old), _sha(new))
-        task = asyncio.get_running_loop().create_task(self._retire(old), name=f"retire-{name}")
+        beside = self._beside.get(name)
+        if beside is None:  # staged without ``stage`` (tests): the old version still retires as one
+            beside = self._beside[name] = _Beside()
+        beside.staged = False
+        task = asyncio.get_running_loop().create_task(self._retire(old, beside), name=f"retire-{name}")
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
         return new
 
-    @staticmethod
-    async def discard(staged: ModelEntry) -> None:
-        """A staged version that will not be served: its worker thread stopped."""
-        await staged.batcher.close()
+    async def discard(self, staged: ModelEntry) -> None:
+        """A staged version that will not be served: its worker thread stopped, its slot freed."""
+        try:
+            await staged.batcher.close()
+        finally:
+            beside = self._beside.get(staged.name)
+            if beside is not None and beside.staged:
+                self._let_go_beside(staged.name, beside)
+            staged.engine = None
+            await release_memory()
+
+    def _let_go_beside(self, name: str, beside: _Beside) -> None:
+        if self._beside.get(name) is beside:
+            del self._beside[name]
+        beside.gone.set()
 
     async def _load_version(self, old: ModelEntry) -> ModelEntry:
         """A new, warmed-up entry for ``old``'s directory, or ReloadFailedError with the reason."""
         try:
-            manifest = json.loads((old.path / MANIFEST).read_text(encoding="utf-8"))
+            manifest = read_manifest(old.path)
             if not isinstance(manifest, dict):
                 raise ArtifactError(f"{MANIFEST} is not a JSON object")
         except (OSError, ValueError, ArtifactError) as exc:
-            reason = f"{MANIFEST}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+            if isinstance(exc, OSError):
+                reason = f"{MANIFEST}: {exc.strerror}"
+            else:  # not JSON, or over a bound (bounded_json): a 4xx with the reason, never a 500
+                reason = str(exc) if isinstance(exc, ArtifactError) else f"{MANIFEST}: {exc}"
             raise ReloadFailedError(
                 f"model {old.name!r}: not a model artifact ({public_reason(reason, old.path)}); "
                 "the old version serves on"
@@ -586,11 +696,28 @@ class ModelRegistry:
             ) from None
         return new
 
-    async def _retire(self, old: ModelEntry) -> None:
+    async def _retire(self, old: ModelEntry, beside: _Beside) -> None:
+        """Close the old version once no request holds it (at most ``_retire_wait_s``: a holder past its
+        deadline then gets a retryable 503), then free it and give its memory back to the system."""
+        name = old.name
         try:
-            await asyncio.sleep(RETIRE_GRACE_S)
+            if not await old.released(self._retire_wait_s()):
+                log.warning(
+                    "model %s: %d request(s) still hold the old version; closing it",
+                    old.name,
+                    len(old._holders),
+                )
         finally:
-            await asyncio.shield(old.batcher.close())
+            try:
+                await asyncio.shield(old.batcher.close())
+            finally:
+                old.engine = None  # freed even if a holder lingers; nothing runs on it any more
+                del old
+                self._let_go_beside(name, beside)
+                await release_memory()
+
+    def _retire_wait_s(self) -> float:
+        return max(RETIRE_WAIT_MIN_S, 2 * self.settings.request_timeout_ms / 1000.0)
 
     def describe(self) -> list[dict[str, Any]]:
         return [e.describe(default=e.name == self.default_name) for e in self.entries.values()]

@@ -15,6 +15,7 @@ from safetensors.numpy import load_file, save_file
 from lnserve.app.demo_model.data import ensure_demo_artifact
 from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.converters.artifact import MANIFEST, WEIGHTS, write_json
+from lnserve.converters.order_embedding import ConvertedOrderEmbedding, write_order_embedding
 from lnserve.hashing import sha256_file
 
 SILENT_WORD = "red"  # in the silent-word model, a sentence of only this word keeps a zero state
@@ -124,4 +125,51 @@ def zero_image_bias_model(out: Path) -> Path:
     t["image.proj.bias"] = np.zeros_like(t["image.proj.bias"])
     save_file(t, str(out / WEIGHTS))
     _rehash(out, WEIGHTS)
+    return out
+
+
+def published_size_order_model(
+    out: Path, name: str, *, n_words: int = 20000, dim_word: int = 300, dim: int = 1024, dim_image: int = 4096
+) -> Path:
+    """An LN-GRU order-embedding artifact of the published model's size (300-d words, 1024-d sentences,
+    4096-d VGG features; about 57 MB of weights, some 130 MB resident once served), random weights: for
+    soaks that must see what one real version costs in memory. Every call writes the same weights."""
+    rng = np.random.default_rng(0)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.05).astype(np.float32)
+
+    tensors = {
+        "sentence.embedding.weight": w(n_words, dim_word),
+        "sentence.rnn.cell.weight_ih": w(3 * dim, dim_word),
+        "sentence.rnn.cell.bias_ih": np.zeros(3 * dim, np.float32),
+        "sentence.rnn.cell.weight_hh": w(3 * dim, dim),
+        "sentence.rnn.cell.norm_ih_ru.weight": np.ones(2 * dim, np.float32),
+        "sentence.rnn.cell.norm_ih_ru.bias": np.zeros(2 * dim, np.float32),
+        "sentence.rnn.cell.norm_ih_c.weight": np.ones(dim, np.float32),
+        "sentence.rnn.cell.norm_ih_c.bias": np.zeros(dim, np.float32),
+        "sentence.rnn.cell.norm_hh_ru.weight": np.ones(2 * dim, np.float32),
+        "sentence.rnn.cell.norm_hh_ru.bias": np.zeros(2 * dim, np.float32),
+        "sentence.rnn.cell.norm_hh_c.weight": np.ones(dim, np.float32),
+        "sentence.rnn.cell.norm_hh_c.bias": np.zeros(dim, np.float32),
+        "image.proj.weight": w(dim, dim_image),
+        "image.proj.bias": np.zeros(dim, np.float32),
+    }
+    words = ["a", "red", "circle", "on", "the", "left"]  # ids 0 and 1 are eos and UNK, as in the legacy files
+    worddict = {word: i for i, word in enumerate(words, 2)}
+    worddict.update({f"w{i}": i for i in range(len(words) + 2, n_words)})
+    options = {
+        "encoder": "lngru",
+        "n_words": n_words,
+        "dim_word": dim_word,
+        "dim": dim,
+        "dim_image": dim_image,
+        "method": "order",
+        "abs": True,
+        "margin": 0.05,
+    }
+    model = ConvertedOrderEmbedding(
+        "lngru", options, worddict, tensors, ["published-size, random weights"], {}
+    )
+    write_order_embedding(model, out, name=name)
     return out

@@ -23,7 +23,7 @@ router = APIRouter(tags=["models"])
     responses={
         403: {"model": ErrorBody, "description": "reload_disabled"},
         404: {"model": ErrorBody},
-        409: {"model": ErrorBody, "description": "model_renamed"},
+        409: {"model": ErrorBody, "description": "model_renamed, reload_in_progress"},
         422: {"model": ErrorBody, "description": "reload_failed"},
     },
 )
@@ -31,7 +31,8 @@ async def reload_model(
     name: str, registry: RegistryDep, settings: SettingsDep, request: Request
 ) -> ModelInfo:
     """Load the artifact now in the model's directory beside the serving version, warm it up, switch to it
-    atomically and drain the old version; on failure the old version serves on and the reason is returned.
+    atomically and retire the old version once its last request ends; on failure the old version serves on
+    and the reason is returned. ``name`` may be an alias: the model it names is reloaded.
     Under ``serve --ray`` every replica does so, or none (``app.state.reload``: ``scale.reload``)."""
     if settings.api_key is None and not settings.reload_without_key:
         raise ReloadDisabledError(
@@ -40,4 +41,4 @@ async def reload_model(
         )
     reload = getattr(request.app.state, "reload", None) or registry.reload
     entry = await reload(name)
-    return ModelInfo.model_validate(entry.describe(default=name == registry.default_name))
+    return ModelInfo.model_validate(entry.describe(default=entry.name == registry.default_name))

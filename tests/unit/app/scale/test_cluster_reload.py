@@ -17,7 +17,7 @@ import pytest
 
 from lnserve.app.scale import reload as reload_module
 from lnserve.app.scale.reload import ClusterReload, StagedVersions
-from lnserve.app.serving.registry import ModelRegistry, ReloadFailedError
+from lnserve.app.serving.registry import ModelRegistry, ReloadBusyError, ReloadFailedError
 from lnserve.app.settings import Settings
 from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import LEGACY
@@ -45,10 +45,13 @@ def _install(version: Path, model_dir: Path) -> None:
     shutil.copytree(version, model_dir)
 
 
-async def _replicas(tmp_path: Path, dirs: list[Path]) -> list[tuple[ModelRegistry, StagedVersions]]:
+async def _replicas(
+    tmp_path: Path, dirs: list[Path], aliases: dict[str, str] | None = None
+) -> list[tuple[ModelRegistry, StagedVersions]]:
     out = []
     for d in dirs:
-        registry = ModelRegistry(Settings(models=[d], galleries_dir=tmp_path / "g", threads=1))
+        settings = Settings(models=[d], galleries_dir=tmp_path / "g", threads=1, model_aliases=aliases or {})
+        registry = ModelRegistry(settings)
         await registry.open()
         assert not await registry.load()
         out.append((registry, StagedVersions(registry)))
@@ -60,13 +63,13 @@ Replicas = list[tuple[ModelRegistry, StagedVersions]]
 
 @asynccontextmanager
 async def _two_replicas_on_v1(
-    tmp_path: Path, versions: dict[str, Path]
+    tmp_path: Path, versions: dict[str, Path], aliases: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[Replicas, list[Path]]]:
     """Two replicas, each serving v1 from its own copy of the model's directory; closed on the way out."""
     dirs = [tmp_path / "a" / NAME, tmp_path / "b" / NAME]
     for d in dirs:
         _install(versions["v1"], d)
-    replicas = await _replicas(tmp_path, dirs)
+    replicas = await _replicas(tmp_path, dirs, aliases)
     try:
         yield replicas, dirs
     finally:
@@ -96,11 +99,11 @@ def _coordinator(replicas: Replicas, i: int, **fan_out: Any) -> ClusterReload:
 
 
 def _sha(registry: ModelRegistry) -> str:
-    return str(registry.get(NAME).describe(default=True)["sha256"])
+    return str(registry.entries[NAME].describe(default=True)["sha256"])
 
 
 async def _vector(registry: ModelRegistry) -> np.ndarray:
-    entry = registry.get(NAME)
+    entry = registry.entries[NAME]  # not ``get``: this task (the whole test) would hold the version
     seqs, _ = entry.prepare(["a dog on a table"], pretokenized=False, eos=None, truncate=True)
     return await entry.encode_ids(seqs, normalize=None)
 
@@ -183,5 +186,51 @@ def test_a_coordinator_the_cluster_never_lists_reloads_nothing(
                 await _coordinator(replicas, 0, listed=[{1}])(NAME)
             assert {_sha(r) for r, _ in replicas} == {v1_sha}
             assert not any(staged._staged for _, staged in replicas)
+
+    asyncio.run(main())
+
+
+def test_a_reload_by_alias_reloads_the_model_on_every_replica(
+    tmp_path: Path, versions: dict[str, Path]
+) -> None:
+    """The coordinator resolves the alias once and broadcasts the model's own name: every replica swaps
+    the model itself (it used to store the new version under the alias and retire the real model)."""
+
+    async def main() -> None:
+        async with _two_replicas_on_v1(tmp_path, versions, {"ada": NAME}) as (replicas, dirs):
+            v1_sha = _sha(replicas[0][0])
+            for d in dirs:
+                _install(versions["v2"], d)
+            entry = await _coordinator(replicas, 0)("ada")
+            assert entry.name == NAME
+            for registry, _ in replicas:
+                assert list(registry.entries) == [NAME]
+                assert _sha(registry) == entry.describe(default=True)["sha256"] != v1_sha
+                while registry._retiring:  # the old version retires (nothing holds it) and is closed
+                    await asyncio.sleep(0.01)
+                await _vector(registry)  # the model serves on by its name
+
+    asyncio.run(main())
+
+
+def test_a_replica_with_another_reload_staged_refuses_a_third_version(
+    tmp_path: Path, versions: dict[str, Path]
+) -> None:
+    """Two versions at most per replica: one staged by another coordinator (not yet committed) makes this
+    reload answer ``reload_in_progress`` (409) and abort everywhere, instead of loading a third."""
+
+    async def main() -> None:
+        async with _two_replicas_on_v1(tmp_path, versions) as (replicas, dirs):
+            v1_sha = _sha(replicas[0][0])
+            for d in dirs:
+                _install(versions["v2"], d)
+            assert (await replicas[1][1].stage("other", NAME))[0] == "ok"
+            with pytest.raises(ReloadBusyError, match="being reloaded already"):
+                await _coordinator(replicas, 0)(NAME)
+            assert {_sha(r) for r, _ in replicas} == {v1_sha}
+            assert not replicas[0][1]._staged and list(replicas[1][1]._staged) == ["other"]
+            await replicas[1][1].abort("other")
+            entry = await _coordinator(replicas, 0)(NAME)
+            assert {_sha(r) for r, _ in replicas} == {entry.describe(default=True)["sha256"]} != {v1_sha}
 
     asyncio.run(main())
