@@ -187,6 +187,9 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         # the proxy answers a dead replica's requests with lnserve's 503, not a bare 500 (scale.proxy)
         os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", PROXY_CALLBACK)
+        # Serve's proxy runs uvicorn, which believes X-Forwarded-For from FORWARDED_ALLOW_IPS (127.0.0.1 by
+        # default: any local client could pass as any address); "" trusts none (client_identity)
+        os.environ["FORWARDED_ALLOW_IPS"] = ",".join(settings.trusted_proxies)
     import ray
     from ray import serve
 
