@@ -5,8 +5,8 @@ The address is the TCP peer's, unless the peer is one of ``trusted_proxies``: on
 ``FORWARDED_ALLOW_IPS``, set by ``scale.launch``) replaced it with the address the proxy put in
 ``X-Forwarded-For``. The app itself never reads a forwarded header: a client that sends one directly is
 still its own address, so it cannot pass as many clients (the per-client body bound) nor write someone
-else's address into the access log. ``tests/unit/app/test_client_identity.py`` checks that no other module
-reads ``scope["client"]`` or a forwarded header.
+else's address into the access log. ``tests/unit/app/http/test_client_identity.py`` checks that no other
+module reads ``scope["client"]`` or a forwarded header.
 """
 
 from __future__ import annotations
