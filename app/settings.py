@@ -7,6 +7,7 @@ CLI exit 2) that names the variable or flag and what it accepts.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -18,6 +19,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from lnserve.app.runtime.engine import BACKENDS, DEFAULT_BACKEND
 from lnserve.app.runtime.retrieval import SCORERS
 from lnserve.errors import UserInputError
+
+SERVE_BODY_GRACE_MS = 500.0  # body_arrival_grace_ms unset, outside Ray's proxy: a few network round trips
 
 
 class InvalidSettingError(UserInputError):
@@ -144,9 +147,24 @@ class Settings(BaseSettings):
         None,
         ge=0,
         description="How long the body of a request from a client at max_body_reads_per_client may take to "
-        "arrive whole before the request is refused. Unset: 0 for lnserve serve (a body that comes with its "
-        "headers is there at once), 1000 in a Ray replica behind Serve's proxy (every body arrives through a "
-        "call to the proxy).",
+        "arrive whole before the request is refused (many clients may share one address: a body that comes "
+        "a segment after its headers is not refused for its neighbours' slow bodies). Unset: "
+        f"{SERVE_BODY_GRACE_MS:g} for lnserve serve, 1000 in a Ray replica behind Serve's proxy (every body "
+        "arrives through a call to the proxy); 0: refused unless the body is there at once.",
+    )
+    max_body_bytes_arriving: int = Field(
+        128 << 20,
+        ge=1024,
+        description="Bytes of the request bodies still arriving, all clients together (per process; a body "
+        "counts until it is whole); the body whose bytes would pass it is 429 overloaded and its connection "
+        "closed. Bounds the memory that slow bodies from many addresses hold; a value below max_body_bytes "
+        "counts as max_body_bytes.",
+    )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses or networks (CIDR) of the reverse proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed; a request from any other peer is its TCP peer address whatever "
+        "it sends. Default none.",
     )
 
     # micro-batching and backpressure
@@ -198,7 +216,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = True
 
-    @field_validator("models", "cors_origins", "providers", mode="before")
+    @field_validator("models", "cors_origins", "providers", "trusted_proxies", mode="before")
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)
@@ -235,6 +253,29 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown backend {value!r}; expected one of {', '.join(BACKENDS)}")
         return value
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str]) -> list[str]:
+        """Each an IP address or network, normalised (``*`` or a name would trust anyone who claims it)."""
+        out = []
+        for item in value:
+            try:
+                network = ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network (CIDR)") from None
+            out.append(str(network.network_address) if network.num_addresses == 1 else str(network))
+        return out
+
+    def body_bytes_arriving_limit(self) -> int:
+        """``max_body_bytes_arriving``, at least ``max_body_bytes`` (else no body of the allowed size could
+        be read)."""
+        return max(self.max_body_bytes_arriving, self.max_body_bytes)
+
+    def body_arrival_grace_s(self) -> float:
+        """``body_arrival_grace_ms`` in seconds, or its default for ``lnserve serve``."""
+        ms = self.body_arrival_grace_ms
+        return (SERVE_BODY_GRACE_MS if ms is None else ms) / 1000.0
+
     @field_validator("scorer")
     @classmethod
     def _known_scorer(cls, value: str) -> str:
@@ -265,8 +306,11 @@ class Settings(BaseSettings):
 
 
 # what a setting accepts, where its type and bounds do not say it (a validator checks it)
-_ALLOWED = {"backend": f"one of {', '.join(BACKENDS)}"}
-_LIST_FIELDS = ("models", "providers", "cors_origins")
+_ALLOWED = {
+    "backend": f"one of {', '.join(BACKENDS)}",
+    "trusted_proxies": "IP addresses or networks (CIDR), comma-separated or a JSON list",
+}
+_LIST_FIELDS = ("models", "providers", "cors_origins", "trusted_proxies")
 
 
 def load_settings(flags: dict[str, Any] | None = None) -> Settings:

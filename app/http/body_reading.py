@@ -1,4 +1,4 @@
-"""Reading a request's body before it is admitted: bounded in size, in time and per client.
+"""Reading a request's body before it is admitted: bounded in size, in time, per client and in total.
 
 A request takes a slot of ``max_inflight`` only once its whole body has arrived (the middleware reads it
 here, then replays it to the app). So clients that send headers and a byte of a body, then go quiet, hold
@@ -6,47 +6,38 @@ no slot: 32 of them used to make every other request 429 ``overloaded`` for as l
 they can still hold is bounded here:
 
 * time: the body must arrive within ``body_timeout_s`` of the headers, else 408 ``request_timeout``;
-* number: one client address (an IPv6 /64) may have at most ``max_body_reads_per_client`` requests whose
-  body is still arriving (the server waits for its bytes); one more is 429 ``overloaded`` unless its body
-  is there whole already (or arrives whole within ``grace_s``, or the client's other bodies have arrived
-  meanwhile). A body that arrives with its headers (nearly every request) is read at once. Behind Ray
-  Serve's proxy no body is ever there at once (each read is a call to the proxy): the grace is what lets
-  concurrent clients behind one address through there;
-* size: ``max_body_bytes`` (413 ``request_too_large``), counted as it arrives (chunked bodies too).
+* number: one client address (an IPv6 /64; ``client_identity``: forwarded headers count only from
+  ``trusted_proxies``) may have at most ``max_body_reads_per_client`` requests whose body is still
+  arriving (the server waits for its bytes); one more is 429 ``overloaded`` unless its body arrives whole
+  within ``grace_s`` (``body_arrival_grace_ms``), or the client's other bodies have arrived meanwhile. Many
+  clients share an address (NAT, a company proxy): a neighbour's body that comes a segment after its
+  headers, as over any real network, is not refused for the slow bodies beside it; a request that is still
+  not whole when the grace ends is refused, so an address holds at most ``per_client`` bodies for longer
+  than the grace. Behind Ray Serve's proxy no body is ever there at once (each read is a call to the proxy);
+* size: ``max_body_bytes`` (413 ``request_too_large``), counted as it arrives (chunked bodies too);
+* memory: the bytes of all bodies still arriving, over every client, at most ``max_total_bytes``
+  (``max_body_bytes_arriving``); the body whose bytes would pass it is 429 ``overloaded``. Many addresses
+  with slow bodies each (or bodies in their grace) cannot hold more memory than that.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from collections import Counter
 
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope
 
+from lnserve.app.http.client_identity import client_key
 from lnserve.app.http.errors import RequestTimeoutError
 from lnserve.app.serving.errors import OverloadedError, RequestTooLargeError
 
-
-def client_key(scope: Scope) -> str:
-    """Whom a request counts against: its client address; IPv6 addresses by their /64 (one host's block)."""
-    client = scope.get("client")
-    host = str(client[0]) if client else ""
-    if ":" not in host:  # IPv4 (or a unix socket's name): as is, without the cost of parsing it
-        return host
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if address.version == 6:
-        if address.ipv4_mapped is not None:  # an IPv4 client of a dual-stack socket
-            return str(address.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{address}/64", strict=False))
-    return host
+__all__ = ["BodyReader", "client_key", "has_body", "replay", "too_large"]
 
 
 class BodyReader:
-    """Reads whole bodies within the limits; counts, per client, the bodies still arriving."""
+    """Reads whole bodies within the limits; counts, per client, the bodies still arriving, and in all their
+    bytes."""
 
     def __init__(
         self,
@@ -55,11 +46,15 @@ class BodyReader:
         timeout_s: float,
         per_client: int,
         grace_s: float = 0.0,
+        max_total_bytes: int = 0,
     ) -> None:
+        """``max_total_bytes`` 0: no bound on the bytes of all bodies arriving."""
         self.max_bytes, self.timeout_s, self.per_client = max_bytes, timeout_s, per_client
         self.grace_s = grace_s  # how long a body of a client at its bound may take to arrive whole
+        self.max_total_bytes = max_total_bytes
         self._reading: Counter[str] = Counter()
         self.arriving = 0  # bodies arriving now (the lnserve_bodies_arriving gauge reads it)
+        self.bytes_arriving = 0  # their bytes read so far (lnserve_body_bytes_arriving)
 
     async def read(self, scope: Scope, receive: Receive) -> bytes:
         """The whole body.
@@ -68,7 +63,8 @@ class BodyReader:
             RequestTimeoutError: it did not arrive within ``timeout_s``.
             RequestTooLargeError: it is larger than ``max_bytes``.
             OverloadedError: its client already has ``per_client`` bodies arriving and this one is not
-                here whole yet.
+                here whole within the grace, or its bytes would take the bodies arriving past
+                ``max_total_bytes``.
             ClientDisconnect: the client went away.
         """
         key = client_key(scope)
@@ -87,62 +83,42 @@ class BodyReader:
 
         self._enter(key)
         timer = asyncio.get_running_loop().call_later(self.timeout_s, expire)
-        chunks: list[bytes] = []
-        size = 0
+        body = _Arriving(self)
         try:
-            while True:
-                message: Message = await (self._here_whole(receive, key) if crowded else receive())
-                if message["type"] == "http.disconnect":
-                    raise ClientDisconnect()
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_bytes:
-                    raise RequestTooLargeError(too_large(self.max_bytes))
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
+            if crowded:
+                await self._within_grace(receive, key, body)
+            else:
+                await body.read_all(receive)
+            return body.joined()
         except asyncio.CancelledError:
             if not expired:
                 raise
             task.uncancel()
             raise RequestTimeoutError(
                 f"the request body did not arrive within {self.timeout_s:g} s (body_timeout_s); "
-                f"{size} bytes came"
+                f"{body.size} bytes came"
             ) from None
         finally:
             timer.cancel()
+            body.release()
             self._leave(key)
 
-    async def _here_whole(self, receive: Receive, key: str) -> Message:
-        """The whole body as one message, if it is here at once or arrives within ``grace_s``, or once the
-        client's other bodies have arrived meanwhile (it is no longer at its bound); else OverloadedError."""
-        chunks: list[bytes] = []
-        size = 0
-
-        async def whole() -> Message:
-            nonlocal size
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return message  # the disconnect, for the caller
-                chunks.append(message.get("body", b""))
-                size += len(chunks[-1])
-                if size > self.max_bytes:
-                    raise RequestTooLargeError(too_large(self.max_bytes))
-                if not message.get("more_body", False):
-                    return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-
-        pending = asyncio.ensure_future(whole())
+    async def _within_grace(self, receive: Receive, key: str, body: _Arriving) -> None:
+        """Read the body if it is here whole at once or within ``grace_s``, or once the client's other
+        bodies have arrived meanwhile (it is no longer at its bound); else OverloadedError."""
+        pending = asyncio.ensure_future(body.read_all(receive))
         try:
             if self.grace_s > 0:
                 await asyncio.wait({pending}, timeout=self.grace_s)
             else:
                 await asyncio.sleep(0)  # the read runs up to its first wait, if it has one
             if pending.done():
-                return pending.result()
+                pending.result()  # its error, if it failed
+                return
             others = self._reading[key] - 1
             if others < self.per_client:  # the client's other bodies arrived meanwhile: read on
-                return await pending
+                await pending
+                return
         except BaseException:
             pending.cancel()
             raise
@@ -161,6 +137,52 @@ class BodyReader:
         if not self._reading[key]:
             del self._reading[key]
         self.arriving -= 1
+
+
+class _Arriving:
+    """One body as it arrives: its chunks, counted against its own size bound and the reader's total."""
+
+    __slots__ = ("chunks", "held", "reader", "size")
+
+    def __init__(self, reader: BodyReader) -> None:
+        self.reader = reader
+        self.chunks: list[bytes] = []
+        self.size = 0  # bytes that came
+        self.held = 0  # of them, counted in reader.bytes_arriving
+
+    async def read_all(self, receive: Receive) -> None:
+        """Receive until the body is whole."""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            chunk: bytes = message.get("body", b"")
+            self.add(chunk)
+            if not message.get("more_body", False):
+                return
+
+    def add(self, chunk: bytes) -> None:
+        reader = self.reader
+        self.size += len(chunk)
+        if self.size > reader.max_bytes:
+            raise RequestTooLargeError(too_large(reader.max_bytes))
+        if reader.max_total_bytes and reader.bytes_arriving + len(chunk) > reader.max_total_bytes:
+            raise OverloadedError(
+                f"the bodies still arriving hold {reader.bytes_arriving} bytes "
+                f"(max_body_bytes_arriving {reader.max_total_bytes}); retry later"
+            )
+        reader.bytes_arriving += len(chunk)
+        self.held += len(chunk)
+        self.chunks.append(chunk)
+
+    def joined(self) -> bytes:
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+
+    def release(self) -> None:
+        """The body is read (or refused): its bytes no longer count as arriving."""
+        self.reader.bytes_arriving -= self.held
+        self.held = 0
+        self.chunks = []
 
 
 def has_body(scope: Scope) -> bool:

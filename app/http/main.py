@@ -185,7 +185,8 @@ def create_app(settings: Settings | None = None, *, model_dirs: ModelDirs | None
         lifecycle=lifecycle,
         body_timeout_s=settings.body_timeout_s,
         max_body_reads_per_client=settings.max_body_reads_per_client,
-        body_arrival_grace_s=(settings.body_arrival_grace_ms or 0.0) / 1000.0,
+        body_arrival_grace_s=settings.body_arrival_grace_s(),
+        max_body_bytes_arriving=settings.body_bytes_arriving_limit(),
         routes=routes,
     )
     return app

@@ -72,6 +72,11 @@ class Metrics:
             "per client address).",
             registry=r,
         )
+        self.body_bytes_arriving = Gauge(
+            "lnserve_body_bytes_arriving",
+            "Bytes read so far of the bodies still arriving (at most max_body_bytes_arriving).",
+            registry=r,
+        )
 
         # per request, the values of its X-Queue-Time-Ms / X-Inference-Time-Ms / X-Batch-Size headers
         self.request_queue = Histogram(
@@ -94,11 +99,18 @@ class Metrics:
         self._by_route: dict[str, tuple[Any, Any, Any]] = {}
         self._by_model: dict[str, tuple[Any, Any, Any, Any]] = {}
 
-    def watch(self, *, inflight: Callable[[], float], bodies_arriving: Callable[[], float]) -> None:
-        """Read the two gauges at scrape time from the counts themselves, instead of setting them on every
+    def watch(
+        self,
+        *,
+        inflight: Callable[[], float],
+        bodies_arriving: Callable[[], float],
+        body_bytes_arriving: Callable[[], float],
+    ) -> None:
+        """Read the gauges at scrape time from the counts themselves, instead of setting them on every
         request (each ``set`` takes a lock)."""
         self.inflight.set_function(inflight)
         self.bodies_arriving.set_function(bodies_arriving)
+        self.body_bytes_arriving.set_function(body_bytes_arriving)
 
     def timing(self, route: str, timing: RequestTiming) -> None:
         """A request's model timings (the same numbers as its timing headers); nothing if it ran no job."""

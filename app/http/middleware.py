@@ -1,14 +1,15 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware, so handlers still see ``http.disconnect``).
 
 Gives each request an id (``X-Request-ID``, echoed back), records metrics by route template and writes one
-JSON access-log line per request. Before a byte of the body is read it refuses, each with its JSON error:
-a draining server (503 ``shutting_down``), a missing or wrong API key (401), a ``Content-Length`` over
-``max_body_bytes`` (413), and, when ``max_inflight`` requests are already in flight, 429 ``overloaded``
-with ``Retry-After``. Then it reads the whole body (``lnserve.app.http.body_reading``: within
-``body_timeout_s``, ``max_body_bytes`` and ``max_body_reads_per_client``) and only then admits the request
-into ``max_inflight``: a client that sends a body slowly or never holds no slot. ``/health``, ``/ready``
-and ``/metrics`` are never refused nor counted. While the app runs it answers requests still running at
-the drain deadline with 503 ``shutting_down``, and turns an unexpected exception into the JSON 500 without
+JSON access-log line per request (its client: ``client_identity``). Before a byte of the body is read it
+refuses, each with its JSON error: a draining server (503 ``shutting_down``), a missing or wrong API key
+(401), a ``Content-Length`` over ``max_body_bytes`` (413), and, when ``max_inflight`` requests are already
+in flight, 429 ``overloaded`` with ``Retry-After``. Then it reads the whole body
+(``lnserve.app.http.body_reading``: within ``body_timeout_s``, ``max_body_bytes``,
+``max_body_reads_per_client`` and ``max_body_bytes_arriving``) and only then admits the request into
+``max_inflight``: a client that sends a body slowly or never holds no slot. ``/health``, ``/ready`` and
+``/metrics`` are never refused nor counted. While the app runs it answers requests still running at the
+drain deadline with 503 ``shutting_down``, and turns an unexpected exception into the JSON 500 without
 closing the keep-alive connection.
 """
 
@@ -18,7 +19,6 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import SecretStr
 from starlette.requests import ClientDisconnect
@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lnserve.app.http.api_key import key_matches
 from lnserve.app.http.body_reading import BodyReader, has_body, replay, too_large
+from lnserve.app.http.client_identity import client_host
 from lnserve.app.http.errors import ShuttingDownError, error_response, http_status
 from lnserve.app.http.lifecycle import Lifecycle
 from lnserve.app.http.metrics import Metrics
@@ -79,6 +80,7 @@ class RequestContextMiddleware:
         body_timeout_s: float = 30.0,
         max_body_reads_per_client: int = 8,
         body_arrival_grace_s: float = 0.0,
+        max_body_bytes_arriving: int = 0,
         routes: Sequence[BaseRoute] = (),
         public_prefixes: tuple[str, ...] = (),
     ) -> None:
@@ -93,8 +95,13 @@ class RequestContextMiddleware:
             timeout_s=body_timeout_s,
             per_client=max_body_reads_per_client,
             grace_s=body_arrival_grace_s,
+            max_total_bytes=max_body_bytes_arriving,
         )
-        metrics.watch(inflight=lambda: lifecycle.inflight, bodies_arriving=lambda: self.bodies.arriving)
+        metrics.watch(
+            inflight=lambda: lifecycle.inflight,
+            bodies_arriving=lambda: self.bodies.arriving,
+            body_bytes_arriving=lambda: self.bodies.bytes_arriving,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -227,7 +234,6 @@ class RequestContextMiddleware:
     def _record(self, scope: Scope, rid: str, route: str, status: int, seconds: float) -> None:
         self.metrics.request(route, scope["method"], status, seconds)
         if self.log_access:
-            client: Any = scope.get("client")
             access_log.info(
                 "%s %s %d",
                 scope["method"],
@@ -241,7 +247,7 @@ class RequestContextMiddleware:
                         "route": route,
                         "status": status,
                         "duration_ms": round(seconds * 1000, 3),
-                        "client": client[0] if client else None,
+                        "client": client_host(scope),
                     }
                 },
             )

@@ -177,4 +177,8 @@ def uvicorn_config(app: FastAPI, settings: Settings, *, lifespan: LifespanType =
         access_log=False,
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s + _UVICORN_GRACE_S),  # whole seconds
         server_header=False,
+        # X-Forwarded-For / -Proto believed only from the configured proxies (uvicorn's default trusts
+        # 127.0.0.1: any local client could pass as any number of addresses); lnserve.app.http.client_identity
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=list(settings.trusted_proxies) or None,
     )

@@ -177,6 +177,14 @@ def _start_ray(opts: RayOptions) -> None:
     )
 
 
+def forwarded_allow_ips(settings: Settings) -> str:
+    """``FORWARDED_ALLOW_IPS`` for Serve's HTTP proxy (a uvicorn that believes ``X-Forwarded-For`` from these
+    peers; unset, 127.0.0.1: any local client could pass as any address): ``trusted_proxies``, "" for none
+    (``lnserve.app.http.client_identity``). A local instance's processes inherit it; on a cluster, export it
+    before ``ray start``."""
+    return ",".join(settings.trusted_proxies)
+
+
 def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
     """Deploy and serve until SIGTERM or SIGINT."""
     opts.check()
@@ -187,6 +195,7 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         # the proxy answers a dead replica's requests with lnserve's 503, not a bare 500 (scale.proxy)
         os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", PROXY_CALLBACK)
+        os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips(settings)
     import ray
     from ray import serve
 

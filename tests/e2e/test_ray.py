@@ -11,10 +11,12 @@ every acknowledged item still there; the replica replaced).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -240,6 +242,32 @@ def test_a_gallery_damaged_on_one_shard_is_quarantined_while_the_rest_serves(
     while "gallery rotten is corrupt and quarantined" not in servers[0].log() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "gallery rotten is corrupt and quarantined" in servers[0].log()
+
+
+def test_a_clients_forwarded_address_is_not_believed_behind_serves_proxy(
+    servers: tuple[LiveServer, LiveServer], ray_client: httpx.Client
+) -> None:
+    """Serve's proxy is a uvicorn that believed ``X-Forwarded-For`` from 127.0.0.1 (its default): a local
+    client could pass as any address, in the replicas' access log and against the per-client body bound.
+    With no trusted proxy configured the replica sees the peer (tests/e2e/test_bodies_in_flight.py has the
+    table for ``lnserve serve``)."""
+    rid = uuid.uuid4().hex
+    headers = {"X-Forwarded-For": "198.51.100.7", "X-Request-ID": rid}
+    assert ray_client.post("/encode", json={"sentences": ["a dog"]}, headers=headers).status_code == 200
+
+    def client() -> object:
+        for text in servers[0].log().splitlines():  # replica lines carry a prefix; the last may be partial
+            if rid in text and '"client"' in text:
+                try:
+                    return json.loads(text[text.index("{") :])["client"]
+                except (ValueError, KeyError):
+                    return None
+        return None
+
+    deadline = time.monotonic() + 30
+    while client() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client() == "127.0.0.1"
 
 
 def test_concurrent_clients_behind_one_address_are_all_served(ray_client: httpx.Client) -> None:

@@ -46,8 +46,13 @@ def test_every_request_and_batch_is_counted_under_its_own_labels() -> None:
 
 def test_the_in_flight_gauges_read_the_counts_when_scraped() -> None:
     m = Metrics()
-    counts = {"inflight": 0, "arriving": 0}
-    m.watch(inflight=lambda: counts["inflight"], bodies_arriving=lambda: counts["arriving"])
-    counts.update(inflight=5, arriving=2)
+    counts = {"inflight": 0, "arriving": 0, "bytes": 0}
+    m.watch(
+        inflight=lambda: counts["inflight"],
+        bodies_arriving=lambda: counts["arriving"],
+        body_bytes_arriving=lambda: counts["bytes"],
+    )
+    counts.update(inflight=5, arriving=2, bytes=300)
     s = _samples(m)
     assert s["lnserve_inflight_requests"] == 5 and s["lnserve_bodies_arriving"] == 2
+    assert s["lnserve_body_bytes_arriving"] == 300
