@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
 import json
 import math
@@ -30,6 +29,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from lnserve.app.serving.memory import trim_heap
 from lnserve.errors import UserInputError
 
 # the most orjson writes for one float32 with its separator ("-1.2345678e-05,"): an upper bound, so an answer
@@ -112,24 +112,7 @@ def _made(make: Callable[[], Any], limit: int) -> bytes | AnswerTooLargeError:
             except AnswerTooLargeError as exc:
                 return exc.with_traceback(None)
     finally:
-        _give_back_free_memory()
-
-
-def _libc_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-_MALLOC_TRIM = _libc_malloc_trim()
-
-
-def _give_back_free_memory() -> None:
-    """glibc keeps what a large answer's objects freed in the worker thread's heap (RSS stayed 100-200 MB up
-    after a series of them); ``malloc_trim`` hands the free pages back to the system (a few ms)."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
+        trim_heap()  # glibc kept what the answer's objects freed (RSS 100-200 MB up after a series)
 
 
 _paused = 0
