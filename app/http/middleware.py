@@ -117,7 +117,7 @@ class RequestContextMiddleware:
             if refusal is not None:
                 await refusal(scope, receive, out)
                 return
-            if counted and has_body(scope) and not self._preflight(scope):  # whole body first, then a slot
+            if counted and has_body(scope) and not self._bodiless(scope):  # whole body first, then a slot
                 try:
                     with self.lifecycle.cut_at_drain_deadline() as cut:
                         body = await self.bodies.read(scope, receive)
@@ -219,12 +219,19 @@ class RequestContextMiddleware:
 
     def _key_refused(self, scope: Scope) -> bool:
         """An API key is configured and this request (not public, not a CORS preflight) lacks it."""
-        path = scope["path"]
-        if self.key is None or path in self.public or path.startswith(self.public_prefixes):
-            return False
-        if self._preflight(scope):
+        if self.key is None or self._public(scope) or self._preflight(scope):
             return False
         return not key_matches(_bearer_token(scope), self.key)
+
+    def _public(self, scope: Scope) -> bool:
+        path = scope["path"]
+        return path in self.public or path.startswith(self.public_prefixes)
+
+    def _bodiless(self, scope: Scope) -> bool:
+        """No route here reads a body (the public paths: probes, the API's description; a CORS preflight):
+        its body is never read ahead, the app answers at once (the connection's body backstop cuts a client
+        that keeps sending it). Read ahead, a slow body held the answer of ``GET /docs`` for its length."""
+        return self._public(scope) or self._preflight(scope)
 
     def _preflight(self, scope: Scope) -> bool:
         """A CORS preflight, where CORS is configured: the CORS middleware answers it without its body.
