@@ -55,6 +55,10 @@ class Refusals:
         log.info("refused a request at the HTTP layer: %d %s: %s", status, code, message[:_MESSAGE_CHARS])
         if self.transport.is_closing():
             return
+        cycle = getattr(self, "cycle", None)  # uvicorn's current request on the connection
+        if cycle is not None and cycle.response_started and not cycle.response_complete:
+            self.transport.close()  # an answer is being sent: ours cannot go between its bytes
+            return
         self.transport.write(raw_error_response(status, code, message))
         if self.transport.can_write_eof():
             self.transport.write_eof()
