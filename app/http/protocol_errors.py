@@ -20,7 +20,7 @@ import logging
 log = logging.getLogger("lnserve.http")
 
 LINGER_S = 2.0  # how long a refused connection is drained before it is closed
-LINGER_BYTES = 1 << 20  # past this much discarded input, closed at once (a client that will not stop)
+LINGER_BYTES = 256 << 10  # past this much discarded input, closed at once (a client that will not stop)
 _MESSAGE_CHARS = 200  # parser messages may quote hostile input: bounded
 
 
