@@ -167,6 +167,25 @@ class Settings(BaseSettings):
         "it sends. Default none.",
     )
 
+    max_url_bytes: int = Field(
+        8192,
+        ge=256,
+        description="The request target (path and query, as sent) in bytes; beyond it, 414 uri_too_long and "
+        "the connection is closed, before any of it is used.",
+    )
+    max_header_bytes: int = Field(
+        65536,
+        ge=1024,
+        description="A request's headers in all, as sent (names, values and separators); beyond it, 431 "
+        "header_too_large and the connection is closed, before any of them is used.",
+    )
+    http_parser: Literal["auto", "httptools", "h11"] = Field(
+        "auto",
+        description="uvicorn's HTTP/1.1 parser. auto: httptools where it installs (a dependency), else h11. "
+        "Both keep max_url_bytes and max_header_bytes and answer malformed requests with a JSON 400; only "
+        "httptools keeps header_timeout_s and the body backstop of body_timeout_s.",
+    )
+
     # micro-batching and backpressure
     max_batch_size: int = Field(64, ge=1, description="Sentences per model call.")
     max_batch_tokens: int = Field(8192, ge=1, description="Tokens per model call.")

@@ -13,32 +13,22 @@ itself, a slot of ``max_inflight``) for as long as it liked. This protocol adds:
   JSON 408 first; the backstop is for bodies nobody reads (a request refused before its body, 401 / 413 /
   429, whose client keeps dripping it).
 
-Only the httptools protocol (a dependency) gets it; uvicorn's h11 fallback keeps its own behaviour.
+Only the httptools protocol (a dependency) gets it; under h11 (``http_parser``) only the head limits apply.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 
-from lnserve.app.http.disconnects import LossSignallingProtocol
+from lnserve.app.http.head_limits import MAX_HEADER_BYTES, MAX_URL_BYTES, HttpToolsHeadLimits
 
 _BACKSTOP_GRACE_S = 1.0  # after body_timeout_s: the middleware's JSON 408 goes first
 
 
-def _timeout_response(header_timeout_s: float) -> bytes:
-    message = f"the request headers did not arrive within {header_timeout_s:g} s (header_timeout_s)"
-    body = json.dumps({"error": {"code": "request_timeout", "message": message}}).encode()
-    head = (
-        "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    return head.encode("ascii") + body
-
-
-class DeadlineProtocol(LossSignallingProtocol):
-    """uvicorn's httptools protocol with a header deadline and a body backstop (see the module), telling
-    requests when their connection is lost (``lnserve.app.http.disconnects``)."""
+class DeadlineProtocol(HttpToolsHeadLimits):
+    """uvicorn's httptools protocol with a header deadline and a body backstop (see the module), the head
+    limits (``lnserve.app.http.head_limits``), telling requests when their connection is lost
+    (``lnserve.app.http.disconnects``)."""
 
     header_timeout_s = 10.0
     body_timeout_s = 30.0
@@ -74,6 +64,10 @@ class DeadlineProtocol(LossSignallingProtocol):
             self._body_timer = None
         super().on_message_complete()
 
+    def refuse(self, status: int, code: str, message: str) -> None:
+        self._cancel_timers()  # answered: no 408 nor backstop after it
+        super().refuse(status, code, message)
+
     def _cancel_timers(self) -> None:
         for timer in (self._header_timer, self._body_timer):
             if timer is not None:
@@ -85,8 +79,12 @@ class DeadlineProtocol(LossSignallingProtocol):
         if self.transport.is_closing():
             return
         if self._begun:
-            self.transport.write(_timeout_response(self.header_timeout_s))
-        self.transport.close()
+            message = (
+                f"the request headers did not arrive within {self.header_timeout_s:g} s (header_timeout_s)"
+            )
+            self.refuse(408, "request_timeout", message)
+        else:
+            self.transport.close()
 
     def _body_late(self) -> None:
         self._body_timer = None
@@ -94,10 +92,21 @@ class DeadlineProtocol(LossSignallingProtocol):
             self.transport.close()
 
 
-def deadline_protocol(*, header_timeout_s: float, body_timeout_s: float) -> type[DeadlineProtocol]:
-    """The protocol class for uvicorn's ``http`` option, with these deadlines."""
+def deadline_protocol(
+    *,
+    header_timeout_s: float,
+    body_timeout_s: float,
+    max_url_bytes: int = MAX_URL_BYTES,
+    max_header_bytes: int = MAX_HEADER_BYTES,
+) -> type[DeadlineProtocol]:
+    """The protocol class for uvicorn's ``http`` option, with these deadlines and head limits."""
     return type(
         "DeadlineProtocol",
         (DeadlineProtocol,),
-        {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s},
+        {
+            "header_timeout_s": header_timeout_s,
+            "body_timeout_s": body_timeout_s,
+            "max_url_bytes": max_url_bytes,
+            "max_header_bytes": max_header_bytes,
+        },
     )

@@ -124,6 +124,10 @@ HTTP_STATUSES: dict[str, int] = {
     "answer_too_large": 413,
     "request_timeout": 408,
     "unsupported_media_type": 415,
+    # refused by the HTTP protocol layer, before the app sees the request (app.http.protocol_errors)
+    "bad_request": 400,
+    "uri_too_long": 414,
+    "header_too_large": 431,
     # the service's load and state
     "queue_full": 429,
     "overloaded": 429,
@@ -248,10 +252,18 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
             status, code, f"unreadable request body: {exc.detail}", request_id=_request_id(request)
         )
     code = HTTP_STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    detail = str(exc.detail)
+    if exc.status_code == 404 and detail == "Not Found":  # the router's: no route matched
+        path = request.url.path
+        shown = path if len(path) <= 100 else path[:100] + "..."
+        detail = (
+            f"no route matches {request.method} {shown}: paths are matched as sent, with no redirects "
+            "(an item id with '/' is reached by ?id=)"
+        )
     return error_response(
         exc.status_code,
         code,
-        str(exc.detail),
+        detail,
         request_id=_request_id(request),
         headers=dict(exc.headers) if exc.headers else None,
     )

@@ -135,6 +135,10 @@ def create_app(settings: Settings | None = None, *, model_dirs: ModelDirs | None
         summary="Sentence (and image) encoders of the layer-normalisation era, served over HTTP.",
         lifespan=lifespan,
         telemetry=telemetry_config(),
+        # no trailing-slash redirects: a 307 to the path without its '/' made DELETE of item id '../'
+        # (sent as ..%2F) reach DELETE /galleries/NAME once the client resolved the dot segment; a path
+        # matches as sent or is a 404 / 405
+        redirect_slashes=False,
     )
     # the API's description (the docs pages, their scripts and styles, the schema) is public, with or
     # without an API key: it is the same for everyone and holds no data, and a browser cannot send a Bearer
@@ -188,5 +192,6 @@ def create_app(settings: Settings | None = None, *, model_dirs: ModelDirs | None
         body_arrival_grace_s=settings.body_arrival_grace_s(),
         max_body_bytes_arriving=settings.body_bytes_arriving_limit(),
         routes=routes,
+        cors=bool(settings.cors_origins),
     )
     return app

@@ -83,13 +83,15 @@ class RequestContextMiddleware:
         max_body_bytes_arriving: int = 0,
         routes: Sequence[BaseRoute] = (),
         public_prefixes: tuple[str, ...] = (),
+        cors: bool = False,
     ) -> None:
-        """``routes``: the app's routes, to name the route of a request answered before the app ran."""
+        """``routes``: the app's routes, to name the route of a request answered before the app ran.
+        ``cors``: CORS is configured (its preflights pass without the key: browsers send none)."""
         self.app, self.metrics, self.max_body, self.log_access = app, metrics, max_body_bytes, log_access
         self.max_inflight, self.retry_after = max_inflight, retry_after_s
         self.key = api_key
         self.public, self.probes, self.lifecycle = public_paths, probe_paths, lifecycle
-        self.routes, self.public_prefixes = routes, public_prefixes
+        self.routes, self.public_prefixes, self.cors = routes, public_prefixes, cors
         self.bodies = BodyReader(
             max_bytes=max_body_bytes,
             timeout_s=body_timeout_s,
@@ -122,7 +124,7 @@ class RequestContextMiddleware:
             if refusal is not None:
                 await refusal(scope, receive, out)
                 return
-            if counted and has_body(scope):  # the whole body first: only then does it take a slot
+            if counted and has_body(scope) and not self._bodiless(scope):  # whole body first, then a slot
                 try:
                     with self.lifecycle.cut_at_drain_deadline() as cut:
                         body = await self.bodies.read(scope, receive)
@@ -224,12 +226,27 @@ class RequestContextMiddleware:
 
     def _key_refused(self, scope: Scope) -> bool:
         """An API key is configured and this request (not public, not a CORS preflight) lacks it."""
-        path = scope["path"]
-        if self.key is None or path in self.public or path.startswith(self.public_prefixes):
-            return False
-        if scope["method"] == "OPTIONS":
+        if self.key is None or self._public(scope) or self._preflight(scope):
             return False
         return not key_matches(_bearer_token(scope), self.key)
+
+    def _public(self, scope: Scope) -> bool:
+        path = scope["path"]
+        return path in self.public or path.startswith(self.public_prefixes)
+
+    def _bodiless(self, scope: Scope) -> bool:
+        """No route here reads a body (the public paths: probes, the API's description; a CORS preflight):
+        its body is never read ahead, the app answers at once (the connection's body backstop cuts a client
+        that keeps sending it). Read ahead, a slow body held the answer of ``GET /docs`` for its length."""
+        return self._public(scope) or self._preflight(scope)
+
+    def _preflight(self, scope: Scope) -> bool:
+        """A CORS preflight, where CORS is configured: the CORS middleware answers it without its body.
+        Any other OPTIONS is a request like the rest (without the key: 401 before its body is read)."""
+        if not self.cors or scope["method"] != "OPTIONS":
+            return False
+        names = {name for name, _ in scope.get("headers", ())}
+        return b"origin" in names and b"access-control-request-method" in names
 
     def _record(self, scope: Scope, rid: str, route: str, status: int, seconds: float) -> None:
         self.metrics.request(route, scope["method"], status, seconds)

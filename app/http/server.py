@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from uvicorn.config import LifespanType
 
 from lnserve.app.http.connection_deadlines import deadline_protocol
+from lnserve.app.http.head_limits import h11_protocol
 from lnserve.app.http.lifecycle import Lifecycle
 from lnserve.app.http.main import create_app
 from lnserve.app.serving.registry import ModelDirs, resolve_model_dirs
@@ -90,10 +91,10 @@ def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.soc
     return sock
 
 
-def fast_paths() -> tuple[str, str]:
+def fast_paths(parser: str = "auto") -> tuple[str, str]:
     """uvicorn's HTTP parser and event loop: httptools and uvloop (dependencies) where they import, else
-    h11 and asyncio (uvloop has no Windows build)."""
-    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    h11 and asyncio (uvloop has no Windows build); ``parser`` (``http_parser``) other than auto names it."""
+    http = parser if parser != "auto" else "httptools" if importlib.util.find_spec("httptools") else "h11"
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     return http, loop
 
@@ -152,21 +153,25 @@ def _serve_on(sock: socket.socket, settings: Settings, model_dirs: ModelDirs) ->
     server = LnserveServer(config, lifecycle, settings.drain_timeout_s)
     log.info(
         "listening on http://%s:%d (http %s, loop %s)",
-        settings.host, sock.getsockname()[1], *fast_paths(),
+        settings.host, sock.getsockname()[1], *fast_paths(settings.http_parser),
     )  # fmt: skip
     server.run(sockets=[sock])
     return lifecycle
 
 
 def uvicorn_config(app: FastAPI, settings: Settings, *, lifespan: LifespanType = "auto") -> uvicorn.Config:
-    """uvicorn's configuration for lnserve: the fast paths, the connection deadlines (header and body
-    timeouts) with httptools, no access log of uvicorn's (the app writes its own), the drain's backstop.
-    ``lifespan="off"`` where something else already runs the app's lifespan (a Ray replica)."""
-    http, loop = fast_paths()
-    protocol = (
-        deadline_protocol(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s)
+    """uvicorn's configuration for lnserve: the fast paths, the head limits and JSON protocol errors with
+    either parser, the connection deadlines (header and body timeouts) with httptools, no access log of
+    uvicorn's (the app writes its own), the drain's backstop. ``lifespan="off"`` where something else
+    already runs the app's lifespan (a Ray replica)."""
+    http, loop = fast_paths(settings.http_parser)
+    limits = {"max_url_bytes": settings.max_url_bytes, "max_header_bytes": settings.max_header_bytes}
+    protocol: type[asyncio.Protocol] = (
+        deadline_protocol(
+            header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s, **limits
+        )
         if http == "httptools"
-        else http
+        else h11_protocol(**limits)
     )
     return uvicorn.Config(
         app,

@@ -56,6 +56,23 @@ def test_uvicorn_runs_on_httptools_and_uvloop_where_they_install() -> None:
     assert fast_paths() == ("httptools", "uvloop")
 
 
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_either_parser_runs_our_protocol_with_the_head_limits(parser: str) -> None:
+    """``http_parser`` picks the parser; either way uvicorn runs lnserve's protocol class (never uvicorn's
+    own, which answers refusals in text/plain and has no head limits), with the settings' limits (the
+    Ray replicas' direct ingress builds its server from this same configuration)."""
+    from lnserve.app.http.head_limits import H11HeadLimits, HttpToolsHeadLimits
+    from lnserve.app.http.main import create_app
+    from lnserve.app.http.server import uvicorn_config
+    from lnserve.app.settings import Settings
+
+    settings = Settings(http_parser=parser, max_url_bytes=1000, max_header_bytes=5000)
+    protocol = uvicorn_config(create_app(settings), settings).http
+    assert isinstance(protocol, type)
+    assert issubclass(protocol, HttpToolsHeadLimits if parser == "httptools" else H11HeadLimits)
+    assert (protocol.max_url_bytes, protocol.max_header_bytes) == (1000, 5000)
+
+
 def test_sockets_that_share_the_port_bind_it_together_and_others_find_it_taken() -> None:
     """The direct ingress's replicas (``reuse_port``) share one port; a server that does not share it,
     such as the driver's check before it starts Ray, finds the port taken while any of them listens."""
