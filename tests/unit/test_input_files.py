@@ -9,13 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnserve.errors import UserInputError
+from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.input_files import read_bounded
 from tests.support import hostile_files
-
-
-class MyError(UserInputError):
-    code = "my_error"
 
 
 @pytest.mark.parametrize("kind", hostile_files.KINDS)
@@ -23,9 +19,9 @@ def test_every_hostile_kind_is_refused_naming_the_file(kind: str, tmp_path: Path
     bad = tmp_path / "in.txt"
     hostile_files.make(kind, bad, max_bytes=4096, max_line_bytes=256)
     exc = hostile_files.raised_within(
-        10, lambda: read_bounded(bad, max_bytes=4096, max_line_bytes=256, error=MyError), bad
+        10, lambda: read_bounded(bad, max_bytes=4096, max_line_bytes=256, error=EncodeInputError), bad
     )
-    assert isinstance(exc, MyError) and str(exc).startswith(f"{bad}: "), exc
+    assert isinstance(exc, EncodeInputError) and str(exc).startswith(f"{bad}: "), exc
     expected = {
         "dev-zero": "is a character device, not a regular file",
         "fifo": "is a FIFO (named pipe), not a regular file",
@@ -45,8 +41,8 @@ def test_a_symlink_to_a_regular_file_is_read(tmp_path: Path) -> None:
 def test_a_missing_file_and_a_dangling_symlink(tmp_path: Path) -> None:
     (tmp_path / "link.txt").symlink_to(tmp_path / "nowhere")
     for path in (tmp_path / "absent.txt", tmp_path / "link.txt"):
-        with pytest.raises(MyError, match=f"^{path}: no such file$"):
-            read_bounded(path, max_bytes=8, max_line_bytes=8, error=MyError)
+        with pytest.raises(EncodeInputError, match=f"^{path}: no such file$"):
+            read_bounded(path, max_bytes=8, max_line_bytes=8, error=EncodeInputError)
 
 
 @settings(max_examples=300, deadline=None)
@@ -63,8 +59,8 @@ def test_the_bounds_hold_exactly(
     path.write_bytes(data)
     lines = data.split(b"\n")
     try:
-        got = read_bounded(path, max_bytes=max_bytes, max_line_bytes=max_line, error=MyError)
-    except MyError as exc:
+        got = read_bounded(path, max_bytes=max_bytes, max_line_bytes=max_line, error=EncodeInputError)
+    except EncodeInputError as exc:
         message = str(exc)
         assert message.startswith(f"{path}: ")
         if len(data) > max_bytes:
