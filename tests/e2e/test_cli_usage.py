@@ -127,3 +127,30 @@ def test_every_bad_setting_is_named_on_the_one_line() -> None:
     proc = run_env("serve", "--port", "-1", env={"LNSERVE_BACKEND": "tensorrt"})
     line = one_line_error(proc, "invalid_setting")
     assert "LNSERVE_BACKEND='tensorrt'" in line and "--port -1" in line
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command and group of the CLI, walked from the typer app (a new command is covered unedited)."""
+    import typer
+
+    from lnserve.app.cli import app
+
+    def walk(command: object, path: list[str]) -> list[list[str]]:
+        subs = getattr(command, "commands", {})
+        return [path] + [p for name, sub in sorted(subs.items()) for p in walk(sub, [*path, name])]
+
+    return walk(typer.main.get_command(app), [])
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "lnserve")
+def test_help_shows_no_type_on_plain_flags(path: list[str]) -> None:
+    """typer's rich help printed ``<bool>`` beside flags that take no value (``--debug``, ``--help``)."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", "from lnserve.app.cli import main; main()", *path, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--help" in proc.stdout and "<bool>" not in proc.stdout, proc.stdout
