@@ -1,6 +1,7 @@
 """The text-embeddings-inference (TEI) protocol, so huggingface_hub's ``InferenceClient`` and TEI load tests
-work: ``POST /embed``, ``POST /similarity``, ``POST /`` (either, by the shape of ``inputs``) and TEI's
-tokenize at ``POST /tei/tokenize`` (``POST /tokenize`` is lnserve's own shape).
+work: ``POST /embed``, ``POST /similarity``, ``POST /`` (either, by the shape of ``inputs``), ``POST
+/embed_all``, ``POST /decode`` and TEI's tokenize at ``POST /tei/tokenize`` (and at ``POST /tokenize``,
+which tells TEI's body from lnserve's by its ``inputs`` field).
 
 TEI serves one model per process: these routes answer with the default model (``LNSERVE_DEFAULT_MODEL``).
 They run on the same tokeniser, limits, micro-batcher, API key and metrics as ``/encode``. Errors keep
@@ -20,12 +21,14 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import RegistryDep
+from lnserve.app.http.deps import RegistryDep, cancel_on_disconnect
 from lnserve.app.http.errors import error_response
 from lnserve.app.http.routes.encode_helpers import check_dimensions, encode_texts, text_inputs
 from lnserve.app.http.schemas import VectorJSONResponse
 from lnserve.app.http.schemas.tei import (
     SimilarityInput,
+    TEIDecodeRequest,
+    TEIEmbedAllRequest,
     TEIEmbedRequest,
     TEIRootRequest,
     TEISimilarityRequest,
@@ -128,10 +131,15 @@ async def root(body: TEIRootRequest, request: Request, registry: RegistryDep) ->
 
 @router.post("/tei/tokenize", response_model=list[list[TEIToken]])
 async def tei_tokenize(body: TEITokenizeRequest, registry: RegistryDep) -> list[list[dict[str, Any]]]:
-    """TEI's ``/tokenize`` shape (``POST /tokenize`` is lnserve's own): per input, each token with its id;
-    ``special`` marks the appended ``<eos>``; character offsets are not tracked (null)."""
+    """TEI's ``/tokenize`` shape (also accepted at ``POST /tokenize``, told apart by ``inputs``): per input,
+    each token with its id; ``special`` marks the appended ``<eos>``; character offsets are not tracked
+    (null)."""
+    return await tei_tokens(registry.get(None), body)
+
+
+async def tei_tokens(entry: ModelEntry, body: TEITokenizeRequest) -> list[list[dict[str, Any]]]:
+    """TEI's tokenize answer for ``body`` with ``entry``'s tokenizer and limits."""
     _no_prompt(body.prompt_name)
-    entry = registry.get(None)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     if not texts:
         raise EncodeInputError("inputs is an empty list")
@@ -142,8 +150,51 @@ async def tei_tokenize(body: TEITokenizeRequest, registry: RegistryDep) -> list[
         out = await asyncio.to_thread(entry.tokenize, texts, pretokenized=False, eos=eos)
     return [
         [
-            {"id": t["id"], "text": t["token"], "special": out["eos"] and i == len(s["tokens"]) - 1}
+            {
+                "id": t["id"],
+                "text": t["token"],
+                "special": out["eos"] and i == len(s["tokens"]) - 1,
+                "start": None,
+                "stop": None,
+            }
             for i, t in enumerate(s["tokens"])
         ]
         for s in out["sentences"]
     ]
+
+
+@router.post("/decode", response_model=list[str])
+async def decode(body: TEIDecodeRequest, registry: RegistryDep) -> list[str]:
+    """TEI ``/decode``: token ids (as ``/tokenize`` gives them) back to text, per list of ids: the words
+    joined by spaces (the tokenizers split on whitespace, so this is the text the model saw); an unknown
+    word comes back as ``UNK``. ``skip_special_tokens`` (default true) leaves out ``<eos>``."""
+    ids = body.ids
+    seqs = [ids] if not ids or isinstance(ids[0], int) else ids
+    return registry.get(None).decode(seqs, skip_special=body.skip_special_tokens)  # type: ignore[arg-type]
+
+
+@router.post("/embed_all", response_model=list[list[list[float]]], response_class=VectorJSONResponse)
+async def embed_all(body: TEIEmbedAllRequest, request: Request, registry: RegistryDep) -> VectorJSONResponse:
+    """TEI ``/embed_all``: per input, the encoder's raw state after each token it steps on (``<eos>``
+    included where the model appends it), one row per token, not normalised. The last row, normalised as
+    the model does (L2; then abs on order models; skip-thoughts' uni and bi halves separately), is the
+    ``/embed`` vector. Row t is the state the encoder reaches on the first t + 1 tokens (for bi-skip's
+    backward half: its state after reading those tokens from the last back). A request carries at most
+    max_sentences tokens in all (one row each: the answer is as large as the largest ``/embed``)."""
+    entry = registry.get(None)
+    _no_prompt(body.prompt_name)
+    texts = text_inputs(body.inputs)
+    seqs, _ = await entry.prepare_async(
+        texts,
+        pretokenized=False,
+        eos=None,
+        truncate=bool(body.truncate),
+        keep_end=body.truncation_direction == "left",
+    )
+    TooManySentencesError.check(sum(map(len, seqs)), entry.settings.max_sentences, "tokens")
+    # every prefix of every sentence, encoded raw by the same batcher and graph as /embed: the last state of
+    # the prefix of t + 1 tokens is the state after token t (the recurrences run forwards, from zero)
+    prefixes = [seq[: t + 1] for seq in seqs for t in range(len(seq))]
+    states = await cancel_on_disconnect(request, entry.encode_ids(prefixes, normalize=False))
+    per_input = np.split(states, np.cumsum([len(s) for s in seqs])[:-1])
+    return VectorJSONResponse([np.ascontiguousarray(s, dtype=np.float32) for s in per_input])

@@ -1,5 +1,6 @@
 """Request and response bodies of the text-embeddings-inference (TEI) protocol: ``/embed``, ``/similarity``,
-``POST /`` and ``/tei/tokenize``. Unknown fields are ignored, as TEI does, so its clients work unchanged."""
+``POST /``, ``/embed_all``, ``/decode`` and ``/tei/tokenize`` (also accepted at ``POST /tokenize``).
+Unknown fields are ignored, as TEI does, so its clients work unchanged."""
 
 from __future__ import annotations
 
@@ -53,6 +54,25 @@ class TEIRootRequest(_TEIRequest):
     normalize: bool = True
     dimensions: StrictInt | None = None
     parameters: dict[str, object] | None = None
+
+
+class TEIEmbedAllRequest(_TEIRequest):
+    """``/embed_all``: the encoder's state after each token of each input."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"inputs": "a red circle"}]})
+
+    inputs: Inputs = Field(description="A string or a list of strings (token ids: 422).")
+
+
+class TEIDecodeRequest(BaseModel):
+    """``/decode``: token ids (as ``/tokenize`` gives them) back to text."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"ids": [2, 14, 9, 0]}]})
+
+    ids: list[StrictInt] | list[list[StrictInt]] = Field(
+        description="One list of token ids, or a list of them (each at most max_tokens ids)."
+    )
+    skip_special_tokens: bool = Field(True, description="Leave out <eos>.")
 
 
 class TEITokenizeRequest(BaseModel):
