@@ -42,6 +42,13 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+NORMALIZE = (
+    "true: the model's sentence vector: L2-normalised, then the absolute value on order-embedding "
+    "models trained with abs (skip-thoughts: uni and bi halves normalised separately). false: the "
+    "encoder's raw last state, before both (no L2, no abs), as /embed_all's last row."
+)
+
+
 # -- /encode ---------------------------------------------------------------------------------------
 class EncodeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -49,7 +56,10 @@ class EncodeRequest(BaseModel):
     model: str | None = ModelName
     sentences: list[str] = Field(min_length=1, description="Sentences to encode, in order.")
     pretokenized: bool = Pretokenized
-    normalize: bool | None = Field(None, description="L2-normalise (default: the model's).")
+    normalize: bool | None = Field(
+        None,
+        description=NORMALIZE + " Default: the model's.",
+    )
     eos: bool | None = Eos
     truncate: bool = Field(False, description="Cut sentences over max_tokens instead of refusing them.")
     encoding: Encoding = Field("float", description="base64: little-endian float32 per vector.")

@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
+from lnserve.app.http.schemas.encode import NORMALIZE
+
 Inputs = str | list[str] | list[int] | list[list[int]]
 
 
@@ -33,7 +35,7 @@ class _TEIRequest(BaseModel):
 
 class TEIEmbedRequest(_TEIRequest):
     inputs: Inputs = Field(description="A string or a list of strings (token ids: 422).")
-    normalize: bool = Field(True, description="L2-normalise the vectors.")
+    normalize: bool = Field(True, description=NORMALIZE)
     dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
 
 
@@ -51,7 +53,7 @@ class TEIRootRequest(_TEIRequest):
     """``POST /``: a feature-extraction body, or a sentence-similarity one (``inputs`` an object)."""
 
     inputs: SimilarityInput | Inputs
-    normalize: bool = True
+    normalize: bool = Field(True, description=NORMALIZE)
     dimensions: StrictInt | None = None
     parameters: dict[str, object] | None = None
 
