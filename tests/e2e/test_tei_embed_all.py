@@ -105,3 +105,27 @@ def test_embed_all_is_bounded_like_embed(served: tuple[LiveServer, Path]) -> Non
         ({"inputs": "a", "prompt_name": "q"}, 422),
     ):
         assert httpx.post(srv.url + "/embed_all", json=bad, timeout=60).status_code == status, bad
+
+
+def test_normalize_false_is_the_raw_last_state_and_the_schema_says_so(
+    served: tuple[LiveServer, Path],
+) -> None:
+    """``normalize: false`` drops the L2 norm and, on order models, the abs; every ``normalize`` field of the
+    schema says so (it said only "L2-normalise")."""
+    srv, path = served
+    with httpx.Client(base_url=srv.url, timeout=60) as http:
+        schemas = http.get("/openapi.json").json()["components"]["schemas"]
+        described = [
+            props["normalize"].get("description", "")
+            for schema in schemas.values()
+            for props in [schema.get("properties", {})]
+            if "normalize" in props
+        ]
+        assert len(described) >= 3 and all("no abs" in d and "raw last state" in d for d in described)
+        last = np.asarray(http.post("/embed_all", json={"inputs": TEXTS}).json()[0][-1])
+        for route, body in (("/encode", {"sentences": TEXTS[:1]}), ("/embed", {"inputs": TEXTS[:1]})):
+            raw = http.post(route, json={**body, "normalize": False}).json()
+            vec = http.post(route, json={**body, "normalize": True}).json()
+            raw, vec = (np.asarray(v["vectors"] if isinstance(v, dict) else v)[0] for v in (raw, vec))
+            assert float(np.abs(raw - last).max()) <= TOL, route
+            assert float(np.abs(_normalised(path, raw) - vec).max()) <= TOL, route
