@@ -34,9 +34,17 @@ class _TEIRequest(BaseModel):
 
 
 class TEIEmbedRequest(_TEIRequest):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": ["a red circle", "a blue square"]}]})
+
     inputs: Inputs = Field(description="A string or a list of strings (token ids: 422).")
     normalize: bool = Field(True, description=NORMALIZE)
     dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
+
+
+SIMILARITY_EXAMPLE = {
+    "source_sentence": "a red circle",
+    "sentences": ["a red circle on the left", "a blue square"],
+}
 
 
 class SimilarityInput(BaseModel):
@@ -45,12 +53,18 @@ class SimilarityInput(BaseModel):
 
 
 class TEISimilarityRequest(_TEIRequest):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": SIMILARITY_EXAMPLE}]})
+
     inputs: SimilarityInput
     parameters: dict[str, object] | None = Field(None, description="Accepted and ignored.")
 
 
 class TEIRootRequest(_TEIRequest):
     """``POST /``: a feature-extraction body, or a sentence-similarity one (``inputs`` an object)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"inputs": "a red circle"}, {"inputs": SIMILARITY_EXAMPLE}]}
+    )
 
     inputs: SimilarityInput | Inputs
     normalize: bool = Field(True, description=NORMALIZE)
@@ -78,7 +92,7 @@ class TEIDecodeRequest(BaseModel):
 
 
 class TEITokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"inputs": "a red circle"}]})
 
     inputs: str | list[str]
     add_special_tokens: bool = Field(True, description="Append the model's eos token where it uses one.")

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
-from lnserve.app.http.schemas.fields import Eos, ModelName, Pretokenized
+from lnserve.app.http.schemas.fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
 from lnserve.app.http.schemas.tei import TEITokenizeRequest
 
 
@@ -75,7 +75,10 @@ class TokenizeResponse(BaseModel):
 
 # -- /score ----------------------------------------------------------------------------------------
 class ScoreRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"captions": ["a red circle on the left"], "images": [DEMO_IMAGE]}]},
+    )
 
     model: str | None = ModelName
     captions: list[str] = Field(
