@@ -33,7 +33,7 @@ def _flags_show_no_type() -> None:
         return None if self.is_flag else shown(self, ctx)
 
     display_type_rich._lnserve_flags = True  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
 
 
 _flags_show_no_type()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictInt
 
 from lnserve.app.http.schemas.encode import NORMALIZE
 
@@ -41,7 +41,7 @@ class TEIEmbedRequest(_TEIRequest):
     dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
 
 
-SIMILARITY_EXAMPLE = {
+SIMILARITY_EXAMPLE: dict[str, JsonValue] = {
     "source_sentence": "a red circle",
     "sentences": ["a red circle on the left", "a blue square"],
 }
