@@ -129,3 +129,19 @@ def test_normalize_false_is_the_raw_last_state_and_the_schema_says_so(
             raw, vec = (np.asarray(v["vectors"] if isinstance(v, dict) else v)[0] for v in (raw, vec))
             assert float(np.abs(raw - last).max()) <= TOL, route
             assert float(np.abs(_normalised(path, raw) - vec).max()) <= TOL, route
+
+
+def test_decode_gives_back_the_tokens_of_every_model_family(served: tuple[LiveServer, Path]) -> None:
+    """``/decode`` reads the model's own vocabulary: order-embedding's worddict, skip-thoughts' tables; an
+    unknown word comes back as ``UNK``, the appended ``<eos>`` as ``<eos>`` unless skipped."""
+    srv, _ = served
+    with httpx.Client(base_url=srv.url, timeout=60) as http:
+        sentences = http.post("/tokenize", json={"sentences": [*TEXTS, "a qwzxv"], "eos": True}).json()
+        ids = [[t["id"] for t in s["tokens"]] for s in sentences["sentences"]]
+        texts = http.post("/decode", json={"ids": ids, "skip_special_tokens": False}).json()
+        skipped = http.post("/decode", json={"ids": ids}).json()
+    for s, text, short in zip(sentences["sentences"], texts, skipped, strict=True):
+        words = ["UNK" if t["unknown"] else t["token"] for t in s["tokens"]]
+        assert text == " ".join(words) and words[-1] == "<eos>", (text, words)
+        assert short == " ".join(words[:-1])
+    assert "UNK" in texts[-1]
