@@ -15,10 +15,28 @@ from importlib.metadata import version as package_version
 from typing import Annotated, NoReturn
 
 import typer
+from typer.core import TyperOption
 
 from lnserve.app.commands import convert, dictionary, encode, eval, gallery, model, pull, serve, train
 from lnserve.errors import LnserveError
 from lnserve.storage import storage_full
+
+
+def _flags_show_no_type() -> None:
+    """typer 0.29's rich help prints a ``<bool>`` type beside plain flags (``--debug``, ``--help``,
+    ``--fast``): a flag takes no value, so its type column stays empty (as click's plain help has it)."""
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_lnserve_flags", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._lnserve_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
+
+
+_flags_show_no_type()
 
 app = typer.Typer(
     name="lnserve",

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from lnserve.app.commands.checkpoint_paths import npz_file, order_embedding_prefix, plain_file, tables_dir
+
 convert_app = typer.Typer(
     help="Convert legacy Theano checkpoints into lnserve model artifacts.", no_args_is_help=True
 )
@@ -21,7 +23,13 @@ NameOpt = Annotated[str | None, typer.Option(help="Model name (default: the outp
 
 @convert_app.command("order-embedding")
 def convert_order_embedding(
-    prefix: Annotated[Path, typer.Argument(help="Checkpoint prefix: reads PREFIX.npz and PREFIX.pkl.")],
+    prefix: Annotated[
+        Path,
+        typer.Argument(
+            help="Checkpoint prefix (no extension): reads PREFIX.npz and PREFIX.pkl.",
+            callback=order_embedding_prefix,
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", help="Output artifact directory.")],
     cell: CellOpt = None,
     name: NameOpt = None,
@@ -42,11 +50,18 @@ def convert_order_embedding(
 @convert_app.command("skip-thoughts")
 def convert_skip_thoughts_cmd(
     tables: Annotated[
-        Path, typer.Option("--tables", help="Directory with utable.npy, btable.npy, dictionary.txt.")
+        Path,
+        typer.Option(
+            "--tables", help="Directory with utable.npy, btable.npy, dictionary.txt.", callback=tables_dir
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Output artifact directory.")],
-    uni: Annotated[Path | None, typer.Option("--uni", help="uni_skip.npz (its .npz.pkl beside it).")] = None,
-    bi: Annotated[Path | None, typer.Option("--bi", help="bi_skip.npz (its .npz.pkl beside it).")] = None,
+    uni: Annotated[
+        Path | None, typer.Option("--uni", help="uni_skip.npz (its .npz.pkl beside it).", callback=npz_file)
+    ] = None,
+    bi: Annotated[
+        Path | None, typer.Option("--bi", help="bi_skip.npz (its .npz.pkl beside it).", callback=npz_file)
+    ] = None,
     cell: CellOpt = None,
     name: NameOpt = None,
     force: ForceOpt = False,
@@ -79,15 +94,27 @@ def convert_skip_thoughts_cmd(
 @convert_app.command("skip-thoughts-training")
 def convert_skip_thoughts_training_cmd(
     model: Annotated[
-        Path, typer.Argument(help="MODEL.npz as training/train.py saves it (MODEL.npz.pkl beside it).")
+        Path,
+        typer.Argument(
+            help="MODEL.npz as training/train.py saves it (MODEL.npz.pkl beside it).", callback=npz_file
+        ),
     ],
     dictionary: Annotated[
-        Path, typer.Option("--dictionary", help="The vocab.py dictionary pkl (worddict, wordcount).")
+        Path,
+        typer.Option(
+            "--dictionary",
+            help="The vocab.py dictionary pkl (worddict, wordcount).",
+            callback=plain_file,
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Output artifact directory.")],
     word2vec: Annotated[
         Path | None,
-        typer.Option("--word2vec", help="word2vec binary file (GoogleNews, 300-d): expand the vocabulary."),
+        typer.Option(
+            "--word2vec",
+            help="word2vec binary file (GoogleNews, 300-d): expand the vocabulary.",
+            callback=plain_file,
+        ),
     ] = None,
     cell: CellOpt = None,
     name: NameOpt = None,

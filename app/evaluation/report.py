@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 from typing import Any
 
 # (task, metric key, label, scale for display)
@@ -83,20 +85,49 @@ def _cell(value: float | None, key: str) -> str:
     return f"{value:.4f}" if key.startswith(("sick-r", "sts14")) else f"{value:.1f}"
 
 
-def table(report: dict[str, Any]) -> str:
-    cols = ["this model", *PUBLISHED]
-    head = [f"{'metric':24}", *(f"{c[:30]:>30}" for c in cols)]
-    lines = [
-        f"lnserve eval skip-thoughts: model {report['model']}, "
-        f"{report['mode']} protocol, seed {report['seed']}",
-        *(f"  {t}: {p}" for t, p in report["protocols"].items()),
-        "",
-        " ".join(head),
-    ]
+# the published rows' column headers: short, so that the table fits 80 columns; named in full under it
+SHORT = {
+    "combine-skip (skip-thoughts paper)": "combine-skip [1]",
+    "LN skip-thoughts, 1 month (layer-norm paper)": "LN-ST [2]",
+}
+
+
+def table(report: dict[str, Any], width: int | None = None) -> str:
+    """The report as text: the table (metric, this model, each published row) in 80 columns whatever the
+    terminal, each published row's full name in a numbered note under it; the protocols wrapped to
+    ``width`` (default: the terminal's, ``COLUMNS``), never cut."""
+    width = width or shutil.get_terminal_size((100, 24)).columns
+    heads = ["this model", *(SHORT.get(name, name) for name in PUBLISHED)]
+    rows = []
     for task, key, label in METRICS:
         if task not in report["tasks"]:
             continue
         full = f"{task}.{key}"
         vals = [report["tasks"][task].get(key), *(row.get(full) for row in PUBLISHED.values())]
-        lines.append(" ".join([f"{label:24}", *(f"{_cell(v, full):>30}" for v in vals)]))
-    return "\n".join(lines)
+        rows.append([label, *(_cell(v, full) for v in vals)])
+    label_w = max([len("metric"), *(len(r[0]) for r in rows)])
+    col_w = [max([len(h), *(len(r[i + 1]) for r in rows)]) for i, h in enumerate(heads)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            [f"{cells[0]:{label_w}}", *(f"{c:>{w}}" for c, w in zip(cells[1:], col_w, strict=True))]
+        )
+
+    wrap = textwrap.TextWrapper(
+        width=max(width, 40), subsequent_indent="      ", break_on_hyphens=False, break_long_words=False
+    )
+    notes = [f"[{i}] {name}" for i, name in enumerate(PUBLISHED, 1)]
+    return "\n".join(
+        [
+            *wrap.wrap(
+                f"lnserve eval skip-thoughts: model {report['model']}, "
+                f"{report['mode']} protocol, seed {report['seed']}"
+            ),
+            *(part for t, p in report["protocols"].items() for part in wrap.wrap(f"  {t}: {p}")),
+            "",
+            line(["metric", *heads]),
+            *(line(r) for r in rows),
+            "",
+            *notes,
+        ]
+    )

@@ -52,6 +52,8 @@ from lnserve.app.http.schemas import EmbeddingsRequest, EncodeImagesRequest, Enc
 from lnserve.app.http.schemas.retrieval import ItemsAdd, RetrieveRequest
 from lnserve.app.http.schemas.tei import (
     SimilarityInput,
+    TEIDecodeRequest,
+    TEIEmbedAllRequest,
     TEIEmbedRequest,
     TEIRootRequest,
     TEISimilarityRequest,
@@ -86,6 +88,8 @@ _COUNTS: dict[type[BaseModel], tuple[Callable[[Any], int], str]] = {
         "items",
     ),
     TokenizeRequest: (lambda b: len(b.sentences), "items"),
+    TEIEmbedAllRequest: (lambda b: 1 if isinstance(b.inputs, str) else len(b.inputs), "items"),
+    TEIDecodeRequest: (lambda b: 1 if not b.ids or isinstance(b.ids[0], int) else len(b.ids), "items"),
     ScoreRequest: (lambda b: max(len(b.captions), len(b.images)), "captions or images"),
 }
 

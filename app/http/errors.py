@@ -215,14 +215,42 @@ def _request_id(request: Request) -> str | None:
     return getattr(request.state, "request_id", None)
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    """A short, input-free summary: which fields, what is wrong (inputs may be huge or hostile)."""
+def _validation_message(exc: RequestValidationError, *, json_body: bool = True) -> str:
+    """A short, input-free summary: which fields, what is wrong (inputs may be huge or hostile). A body that
+    is not JSON, or not a JSON object, is said so once, without FastAPI's character offset as a field."""
+    errors = exc.errors()
     parts = []
-    for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    more = len(exc.errors()) - len(parts)
+    for err in errors[:5]:
+        parts.append(_one_error(err, json_body=json_body))
+        if parts[-1].startswith(_WHOLE_BODY):
+            return parts[-1]
+    more = len(errors) - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+_WHOLE_BODY = "the request body "
+
+
+def _one_error(err: Any, *, json_body: bool) -> str:
+    """One error as ``field[index].field: what``; the whole body's faults as a sentence."""
+    loc = tuple(err.get("loc", ()))
+    msg = str(err.get("msg", "invalid"))
+    kind = err.get("type")
+    if loc[:1] == ("body",):
+        loc = loc[1:]
+    if kind == "json_invalid":  # FastAPI: loc (body, offset), ctx.error; pydantic: msg "Invalid JSON: ..."
+        detail = (err.get("ctx") or {}).get("error") or msg.removeprefix("Invalid JSON: ")
+        where = f" (at character {loc[0]})" if loc and isinstance(loc[0], int) else ""
+        return f"{_WHOLE_BODY}is not valid JSON: {detail}{where}"
+    if not loc:
+        if kind == "missing":
+            return f"{_WHOLE_BODY}is missing: send a JSON object (Content-Type: application/json)"
+        if kind in ("model_attributes_type", "dict_type", "model_type"):
+            hint = "" if json_body else " with Content-Type: application/json"
+            return f"{_WHOLE_BODY}must be a JSON object{hint}"
+        return f"body: {msg}"
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return f"{path}: {msg}"
 
 
 async def _lnserve_error(request: Request, exc: Exception) -> JSONResponse:
@@ -241,7 +269,10 @@ async def _lnserve_error(request: Request, exc: Exception) -> JSONResponse:
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     status, code = ERROR_TABLE[RequestValidationError]
-    return error_response(status, code, _validation_message(exc), request_id=_request_id(request))
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    json_body = ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))
+    message = _validation_message(exc, json_body=json_body)
+    return error_response(status, code, message, request_id=_request_id(request))
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

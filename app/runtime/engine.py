@@ -171,6 +171,21 @@ class Engine:
             out.append(list(zip([*tokens, "<eos>"] if eos else tokens, ids, sources, strict=True)))
         return out
 
+    def decode(self, seqs: Sequence[Sequence[int]], *, skip_special: bool) -> list[str]:
+        """Token ids back to text (TEI's ``/decode``): the words joined by spaces, as the tokenizers split
+        them; ``skip_special`` leaves out ``<eos>``. An id the model does not have raises EncodeInputError."""
+        out = []
+        for n, seq in enumerate(seqs):
+            words = []
+            for i in seq:
+                word = self.vocab.word(i)
+                if word is None:
+                    raise EncodeInputError(f"ids[{n}]: {i} is not a token id of this model")
+                if not (skip_special and word == "<eos>"):
+                    words.append(word)
+            out.append(" ".join(words))
+        return out
+
     def unk_counts(self, seqs: Sequence[Sequence[int]]) -> list[int]:
         """Per sequence from ``token_ids``: how many tokens mapped to UNK."""
         return unk_counts(seqs, self.vocab.unk)

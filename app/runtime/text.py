@@ -22,6 +22,7 @@ class OrderVocabulary:
     """worddict lookup: unknown words and ids >= n_words become UNK (1); ``<eos>`` is id 0."""
 
     unk: int | None = UNK_ID
+    _words: dict[int, str] | None = None
 
     def __init__(self, worddict: dict[str, int], n_words: int) -> None:
         self.worddict, self.n_words = worddict, n_words
@@ -39,6 +40,16 @@ class OrderVocabulary:
         i = self.worddict.get(token)
         return MODEL if i is not None and i < self.n_words else UNK
 
+    def word(self, i: int) -> str | None:
+        """The word of id ``i`` (``<eos>`` 0, ``UNK`` 1), or None where ``i`` is no id of this model."""
+        if not 0 <= i < self.n_words:
+            return None
+        if i == EOS_ID:
+            return "<eos>"
+        if self._words is None:  # built on the first decode: most servers never decode
+            self._words = {v: w for w, v in self.worddict.items() if v < self.n_words}
+        return self._words.get(i, "UNK")
+
 
 def unk_counts(seqs: Sequence[Sequence[int]], unk: int | None) -> list[int]:
     """Per sequence, how many steps the model ran on the UNK id or row: words it does not know (a user asking
@@ -48,6 +59,8 @@ def unk_counts(seqs: Sequence[Sequence[int]], unk: int | None) -> list[int]:
 
 class TableVocabulary:
     """dictionary.txt lookup into the word tables: missing words take the ``UNK`` row (case-sensitive)."""
+
+    _words: dict[int, str] | None = None
 
     def __init__(self, words: Sequence[str], *, model_rows: int | None = None) -> None:
         self.index = {w: i for i, w in enumerate(words)}  # a duplicated word keeps the later row
@@ -77,3 +90,9 @@ class TableVocabulary:
         if self.model_rows is None:
             return None
         return MODEL if i < self.model_rows else EXPANSION
+
+    def word(self, i: int) -> str | None:
+        """The word of table row ``i``, or None where ``i`` is no row of the tables."""
+        if self._words is None:  # built on the first decode: most servers never decode
+            self._words = {v: w for w, v in self.index.items()}
+        return self._words.get(i) if i >= 0 else None

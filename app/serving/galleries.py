@@ -7,10 +7,11 @@ import threading
 from typing import TYPE_CHECKING
 
 from lnserve.app.galleries.errors import GalleryMismatchError
+from lnserve.app.galleries.layout import GalleryEntry, GalleryInfo
 from lnserve.app.serving.errors import ModelNotFoundError
+from lnserve.errors import LnserveError
 
 if TYPE_CHECKING:
-    from lnserve.app.galleries.layout import GalleryInfo
     from lnserve.app.galleries.store import GalleryStore
     from lnserve.app.serving.registry import ModelEntry, ModelRegistry
 
@@ -39,6 +40,19 @@ def _build_scorer(name: str | None) -> None:
         log.info("retrieval scorer ready (%s)", get_kernel(name).name)
     except Exception as exc:  # e.g. a bad LNSERVE_SCORER: the first query reports it as an error
         log.warning("retrieval scorer warm-up failed: %s", exc)
+
+
+def why_unusable(registry: ModelRegistry, entry: GalleryEntry) -> str | None:
+    """Why a text query of this gallery would be refused here (quarantined, its model not served or not the
+    same, still loading), or None where it would run: the front page offers only galleries it can search
+    (one of another server's models, in a shared galleries directory, answered 422 ``gallery_mismatch``)."""
+    if not isinstance(entry, GalleryInfo):
+        return f"quarantined: {entry.reason}"
+    try:
+        model_for(registry, entry, None)
+    except LnserveError as exc:
+        return str(exc)
+    return None
 
 
 def model_for(registry: ModelRegistry, info: GalleryInfo, requested: str | None) -> ModelEntry:

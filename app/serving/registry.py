@@ -293,6 +293,13 @@ class ModelEntry:
         tokenizer = "whitespace" if pretokenized else engine.tokenizer_name
         return {"model": self.name, "tokenizer": tokenizer, "eos": use_eos, "unk_id": unk, "sentences": out}
 
+    def decode(self, seqs: list[list[int]], *, skip_special: bool) -> list[str]:
+        """TEI's ``/decode``: ids back to text, within ``/tokenize``'s limits (``max_sentences`` lists of at
+        most ``max_tokens`` ids: the answer stays as small as a tokenize answer)."""
+        self.check_count(len(seqs))
+        self._within_max_tokens(seqs, eos=False, truncate=False)
+        return self._engine().decode(seqs, skip_special=skip_special)
+
     def unk_counts(self, seqs: list[list[int]]) -> list[int]:
         """Per sequence from ``prepare``: tokens that mapped to UNK."""
         return self._engine().unk_counts(seqs)

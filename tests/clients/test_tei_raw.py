@@ -101,6 +101,66 @@ def test_tei_tokenize(http: httpx.Client) -> None:
     assert [t["text"] for t in plain[0]] == ["a", "red", "circle"]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"inputs": "A dog on a bus!"},
+        {"inputs": ["A dog on a bus!", "a red circle"], "add_special_tokens": False},
+        {"inputs": "a red circle", "prompt_name": None, "unknown_field": 1},  # TEI ignores unknown fields
+    ],
+)
+def test_tokenize_takes_tei_s_body_too(http: httpx.Client, body: dict[str, object]) -> None:
+    """A TEI client calling ``POST /tokenize`` (TEI's path) got lnserve's 422: the route tells the two bodies
+    apart by field (``inputs``: TEI's) and answers each in its own shape."""
+    r = http.post("/tokenize", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json() == http.post("/tei/tokenize", json=body).json()
+    ours = http.post("/tokenize", json={"sentences": ["A dog on a bus!"]})
+    assert ours.status_code == 200 and ours.json()["sentences"][0]["tokens"][0]["token"] == "a"
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"inputs": 5}, "invalid_request"),
+        ({"inputs": []}, "invalid_input"),
+        ({"inputs": "a", "sentences": ["a"]}, "invalid_request"),  # both shapes at once: lnserve's, refused
+        ({"inputs": "a", "prompt_name": "query"}, "invalid_input"),
+    ],
+)
+def test_tokenize_refuses_a_bad_tei_body_with_our_error(
+    http: httpx.Client, body: dict[str, object], code: str
+) -> None:
+    _error(http.post("/tokenize", json=body), 422, code)
+
+
+def test_decode_inverts_tokenize(http: httpx.Client) -> None:
+    tokens = http.post("/tokenize", json={"inputs": ["A red circle on the left!", "a red circle"]}).json()
+    ids = [[t["id"] for t in sentence] for sentence in tokens]
+    assert http.post("/decode", json={"ids": ids}).json() == ["a red circle on the left", "a red circle"]
+    assert http.post("/decode", json={"ids": ids[1], "skip_special_tokens": False}).json() == [
+        "a red circle <eos>"
+    ]
+    unknown = http.post("/tokenize", json={"inputs": "a zyzzyva"}).json()[0]
+    assert http.post("/decode", json={"ids": [t["id"] for t in unknown]}).json() == ["a UNK"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"ids": [2, 10**9]}, 422, "invalid_input"),
+        ({"ids": [-1]}, 422, "invalid_input"),
+        ({"ids": ["a"]}, 422, "invalid_request"),
+        ({"ids": [[2]] * 300}, 413, "too_many_sentences"),
+        ({"ids": [2] * 300}, 413, "sentence_too_long"),
+    ],
+)
+def test_decode_refuses_ids_the_model_does_not_have(
+    http: httpx.Client, body: dict[str, object], status: int, code: str
+) -> None:
+    _error(http.post("/decode", json=body), status, code)
+
+
 def test_info_has_tei_fields_beside_ours(http: httpx.Client) -> None:
     info = http.get("/info").json()
     assert info["model_id"] == info["default_model"] == "demo-lngru"
@@ -130,6 +190,9 @@ def test_api_key_guards_tei_as_encode(keyed: LiveServer, tmp_path: Path) -> None
         ("/embed", {"inputs": "a"}),
         ("/", {"inputs": "a"}),
         ("/tei/tokenize", {"inputs": "a"}),
+        ("/tokenize", {"inputs": "a"}),
+        ("/decode", {"ids": [2]}),
+        ("/embed_all", {"inputs": "a"}),
     ):
         _error(httpx.post(keyed.url + path, json=body), 401, "unauthorized")
         r = httpx.post(keyed.url + path, json=body, headers={"Authorization": "Bearer s3cret"})

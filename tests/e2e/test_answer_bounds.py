@@ -64,6 +64,16 @@ BOUNDED: dict[tuple[str, str], tuple[Case, Case | None, Case | None] | str] = {
         None,
         ("/tei/tokenize", {"inputs": [" ".join(["a"] * 200)] * 64}),
     ),
+    ("post", "/embed_all"): (
+        ("/embed_all", {"inputs": ["a b"] * 10}),
+        ("/embed_all", {"inputs": ["a b c d e f g"] * 32}),  # 256 states (eos included) x 16 floats
+        None,
+    ),
+    ("post", "/decode"): (
+        ("/decode", {"ids": [[1, 2, 3]] * 10}),
+        None,
+        ("/decode", {"ids": [[1] * 200] * 256}),  # 51,200 words echoed
+    ),
     ("post", "/similarity"): "one number per sentence: at most max_sentences x 16 bytes",
     ("post", "/galleries"): "the gallery's description: a fixed size",
     ("post", "/galleries/{name}/items"): "the ids added: at most max_sentences ids of 256 characters",

@@ -5,6 +5,9 @@ liblinear on the same vectors, bad data is one line and exit 2."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import pytest
 from lnserve.app.demo_model.data import ensure_demo_artifact
 from lnserve.app.evaluation.datasets import read_binary, read_trec
 from lnserve.app.evaluation.folds import shuffled_order
+from lnserve.app.evaluation.report import PUBLISHED
 from lnserve.app.runtime.engine import Engine
 from tests.conftest import run_cli
 from tests.support import eval_sets
@@ -66,6 +70,30 @@ def test_every_task_runs_and_the_table_sits_beside_the_published_rows(faithful: 
     assert len(tasks["mr"]["fold_acc"]) == 10 and all(
         c in [2.0**t for t in range(9)] for c in tasks["mr"]["C"]
     )
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_table_fits_the_terminal_and_names_each_published_row_in_full(
+    data: Path, demo: Path, columns: int
+) -> None:
+    """The published rows' headers were cut to 30 characters (``combine-skip (skip-thoughts pa``)."""
+    cli = [sys.executable, "-I", "-c", "from lnserve.app.cli import main; main()"]
+    proc = subprocess.run(
+        [*cli, "eval", "skip-thoughts", "--model", str(demo), "--task", "mr", "--data", str(data), "--fast"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert all(len(line) <= columns for line in lines), [line for line in lines if len(line) > columns]
+    for name in PUBLISHED:  # each one's full name, on one line
+        assert any(line.endswith(f"] {name}") for line in lines), (name, proc.stdout)
+    head = next(line for line in lines if line.startswith("metric"))
+    assert len(head) <= 80 and "[1]" in head and "[2]" in head, head
+    mr_row = next(line for line in lines if line.startswith("MR acc %"))
+    assert mr_row.split()[-2:] == ["76.5", "79.4"] and len(mr_row) <= 80
 
 
 def _vectors(demo: Path, texts: list[str], eos: bool) -> np.ndarray:

@@ -13,7 +13,7 @@ import pytest
 
 from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import run_cli
-from tests.support.broken import OE_DIR
+from tests.support.broken import OE_DIR, ST_DIR
 
 Proc = subprocess.CompletedProcess[str]
 
@@ -68,6 +68,54 @@ def test_usage_mistakes_are_one_line_and_exit_2(args: list[str], message: str, m
     assert message in line
     assert "--help" in line  # where to look next
     assert proc.stdout == ""
+
+
+OE = OE_DIR / "oe_order_gru"
+ST_TRAIN = OE_DIR.parent / "skipthoughts_training_lngru"
+ST_OPTS = ["--tables", str(ST_DIR), "--out", "{out}"]
+
+
+# a path of the wrong kind for each path of `lnserve convert` (a file for a prefix, a folder for a file...)
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["order-embedding", f"{OE}.npz"], f"pass its prefix, {OE} "),
+        (["order-embedding", f"{OE}.pkl"], f"pass its prefix, {OE} "),
+        (["order-embedding", str(OE_DIR)], f"is a directory; pass the checkpoint's prefix, e.g. {OE} "),
+        (["order-embedding", str(ST_DIR / "uni_skip.npz")], "is a skip-thoughts checkpoint"),
+        (
+            ["skip-thoughts", "--uni", str(ST_DIR), *ST_OPTS],
+            f"pass the checkpoint's .npz file, e.g. {ST_DIR}",
+        ),
+        (
+            ["skip-thoughts", "--bi", str(ST_DIR / "bi_skip"), *ST_OPTS],
+            f"pass the .npz file, {ST_DIR}/bi_skip.npz",
+        ),
+        (["skip-thoughts", "--uni", str(ST_DIR / "uni_skip.npz.pkl"), *ST_OPTS], "pass the .npz"),
+        (
+            ["skip-thoughts", "--uni", str(ST_DIR / "uni_skip.npz"), "--tables", str(ST_DIR / "utable.npy")],
+            f"pass the directory that holds utable.npy, btable.npy and dictionary.txt, e.g. {ST_DIR}",
+        ),
+        (
+            ["skip-thoughts-training", str(ST_TRAIN), "--dictionary", str(ST_TRAIN / "dictionary.pkl")],
+            f"pass the checkpoint's .npz file, e.g. {ST_TRAIN}/model.npz",
+        ),
+        (
+            ["skip-thoughts-training", str(ST_TRAIN / "model.npz"), "--dictionary", str(ST_TRAIN)],
+            "is a directory; pass the file itself",
+        ),
+    ],
+)
+def test_convert_names_the_path_to_pass_for_a_path_of_the_wrong_kind(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
+    """``convert order-embedding x.npz`` answered ``[corrupt_file] x.npz.pkl: file not found``."""
+    out = tmp_path / "out"
+    argv = [a.format(out=out) for a in args]
+    proc = run_cli("convert", *argv, *([] if "--out" in argv else ["--out", str(out)]))
+    line = one_line_error(proc, "usage_error")
+    assert says in line and "--help" in line, line
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("args", [[], ["gallery"], ["convert"], ["train"]])
@@ -127,3 +175,30 @@ def test_every_bad_setting_is_named_on_the_one_line() -> None:
     proc = run_env("serve", "--port", "-1", env={"LNSERVE_BACKEND": "tensorrt"})
     line = one_line_error(proc, "invalid_setting")
     assert "LNSERVE_BACKEND='tensorrt'" in line and "--port -1" in line
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command and group of the CLI, walked from the typer app (a new command is covered unedited)."""
+    import typer
+
+    from lnserve.app.cli import app
+
+    def walk(command: object, path: list[str]) -> list[list[str]]:
+        subs = getattr(command, "commands", {})
+        return [path] + [p for name, sub in sorted(subs.items()) for p in walk(sub, [*path, name])]
+
+    return walk(typer.main.get_command(app), [])
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "lnserve")
+def test_help_shows_no_type_on_plain_flags(path: list[str]) -> None:
+    """typer's rich help printed ``<bool>`` beside flags that take no value (``--debug``, ``--help``)."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", "from lnserve.app.cli import main; main()", *path, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--help" in proc.stdout and "<bool>" not in proc.stdout, proc.stdout

@@ -9,6 +9,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
 import httpx
@@ -48,6 +49,72 @@ def test_page_says_what_is_served_and_links_stay_here(server: LiveServer) -> Non
     assert (
         httpx.post(server.url + "/", json={"inputs": "a red circle"}).status_code == 200
     )  # TEI's POST / stays
+
+
+# -- galleries of models this server does not serve (a shared galleries directory) ------------------
+class _Page(HTMLParser):
+    """What the page offers: each gallery row's usability, the form's gallery options and the selected one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usable: dict[str, str] = {}
+        self.options: list[str] = []
+        self.selected: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "tr" and a.get("data-gallery"):
+            self.usable[str(a["data-gallery"])] = str(a.get("data-usable"))
+        if tag == "option":
+            self.options.append(str(a.get("value")))
+            if "selected" in a:
+                self.selected = str(a.get("value"))
+
+
+@pytest.fixture(scope="module")
+def shared(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The demo server, on a galleries directory that also holds an images gallery of another model (made by
+    another server on the same directory), named to sort first."""
+    tmp = tmp_path_factory.mktemp("shared-galleries")
+    other = start_server(tmp, "--models", str(artifacts["oe_order_gru"]))
+    try:
+        dim_image = httpx.get(other.url + "/models").json()["models"][0]["dim_image"]
+        assert httpx.post(other.url + "/galleries", json={"name": OTHER, "kind": "images"}).status_code == 201
+        items = {"items": [{"id": "x1", "image": [0.5] * dim_image}]}
+        assert httpx.post(f"{other.url}/galleries/{OTHER}/items", json=items).status_code == 200
+    finally:
+        other.stop()
+    srv = start_server(tmp)
+    yield srv
+    srv.stop()
+
+
+OTHER = "aaa-other-model"
+
+
+def test_page_says_which_galleries_it_can_search_and_preselects_one(shared: LiveServer) -> None:
+    """A gallery of a model the server does not serve was listed "ok" and preselected: "Run" answered 422
+    gallery_mismatch. The page now marks it unusable (with why), offers only usable ones, selects one."""
+    html = httpx.get(shared.url + "/").text
+    page = _Page()
+    page.feed(html)
+    assert page.usable == {OTHER: "no", "demo-images": "yes"}, page.usable
+    assert "which this server does not serve" in html
+    assert page.options == ["demo-images"] and page.selected == "demo-images"
+    query = {"query": {"text": "a red circle on the left"}, "k": 5}  # what the form sends
+    r = httpx.post(shared.url + "/retrieve", json={"gallery": page.selected, **query})
+    assert r.status_code == 200 and len(r.json()["results"]) == 5, r.text
+    r = httpx.post(shared.url + "/retrieve", json={"gallery": OTHER, **query})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "gallery_mismatch"  # "no" was right
+
+
+def test_browser_searches_the_preselected_gallery(browser: object, shared: LiveServer) -> None:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    browser.get(shared.url + "/")
+    found = _run_form(browser, "retrieve", "a red circle on the left")
+    assert "error" not in found and len([line for line in found.splitlines() if "test-" in line]) == 5, found
 
 
 # -- in a real browser -------------------------------------------------------------------------------

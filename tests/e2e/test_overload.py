@@ -184,7 +184,7 @@ def test_a_large_valid_body_gives_the_vectors_small_ones_give(keyed: LiveServer)
         ({"features": [[0.5] * DIM_IMAGE] * 300}, "too_many_sentences", "300 items in one request"),
         ({"sentences": ["a red circle " * 30] * 300}, "too_many_sentences", "300 items in one request"),
         ({"features": [[0.5] * DIM_IMAGE] * 200, "bogus": 1}, "invalid_request", "bogus"),
-        ({"features": [[0.5] * DIM_IMAGE] * 200 + [["x"]]}, "invalid_request", "features.200.0"),
+        ({"features": [[0.5] * DIM_IMAGE] * 200 + [["x"]]}, "invalid_request", "features[200][0]"),
     ],
 )
 def test_large_bodies_are_checked_like_small_ones(

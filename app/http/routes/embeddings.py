@@ -3,7 +3,10 @@ OpenAI clients work (names from ``LNSERVE_MODEL_ALIASES`` too)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from fastapi.openapi.models import Example
 from starlette.responses import Response
 
 from lnserve.app.http.answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
@@ -53,7 +56,10 @@ async def openai_models(registry: RegistryDep, settings: SettingsDep) -> OpenAIM
 
 
 @router.get("/models/{model_id:path}", response_model=OpenAIModel)
-async def openai_model(model_id: str, registry: RegistryDep) -> OpenAIModel:
+async def openai_model(
+    model_id: Annotated[str, Path(openapi_examples={"demo": Example(value="demo-lngru")})],
+    registry: RegistryDep,
+) -> OpenAIModel:
     """One served model (or alias) in OpenAI's shape; 404 ``model_not_found`` for any other name."""
     registry.get(model_id)
     return OpenAIModel(id=model_id)

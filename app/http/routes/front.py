@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from lnserve.app.http.deps import GalleriesDep, RegistryDep
 from lnserve.app.http.routes.models import lnserve_version
+from lnserve.app.serving.galleries import why_unusable
 
 router = APIRouter(tags=["front"])
 
@@ -85,22 +86,39 @@ def _models(models: list[dict[str, Any]]) -> str:
 
 
 def _galleries(galleries: list[dict[str, Any]]) -> str:
+    """Each gallery with whether the form can search it here, and why not (``data-usable``)."""
     if not galleries:
         return "<p>No galleries yet (<code>POST /galleries</code> makes one).</p>"
     rows = "".join(
-        f"<tr><td><code>{escape(g['name'])}</code></td><td>{_state(g['state'])}</td>"
+        f'<tr data-gallery="{escape(g["name"], quote=True)}" data-usable="{"no" if g["why"] else "yes"}">'
+        f"<td><code>{escape(g['name'])}</code></td><td>{_state(g['state'])}</td>"
+        f"<td>{_usable(g['why'])}</td>"
         f"<td>{escape(str(g['kind']))}</td><td>{escape(str(g['model']))}</td><td>{g['count']}</td>"
         f"<td>{escape(str(g['metric']))}</td></tr>"
         for g in galleries
     )
-    head = "<tr><th>gallery</th><th>state</th><th>kind</th><th>model</th><th>items</th><th>metric</th></tr>"
+    head = (
+        "<tr><th>gallery</th><th>state</th><th>usable here</th><th>kind</th><th>model</th><th>items</th>"
+        "<th>metric</th></tr>"
+    )
     return f'<table id="galleries">{head}{rows}</table>'
 
 
+def _usable(why: str | None) -> str:
+    if why is None:
+        return '<span class="ok">yes</span>'
+    return f'<span class="bad">no</span>: {escape(why)}'
+
+
 def _form(galleries: list[dict[str, Any]]) -> str:
-    usable = [g["name"] for g in galleries if g["state"] == "ok" and g["kind"] == "images"]
-    usable += [g["name"] for g in galleries if g["state"] == "ok" and g["kind"] != "images"]
-    options = "".join(f'<option value="{escape(n, quote=True)}">{escape(n)}</option>' for n in usable)
+    """The form; its gallery menu offers only the galleries a query can search here, images first, the first
+    one selected (a gallery of a model this server does not serve answered 422 ``gallery_mismatch``)."""
+    usable = [g["name"] for g in galleries if g["why"] is None and g["kind"] == "images"]
+    usable += [g["name"] for g in galleries if g["why"] is None and g["kind"] != "images"]
+    options = "".join(
+        f'<option value="{escape(n, quote=True)}"{" selected" if i == 0 else ""}>{escape(n)}</option>'
+        for i, n in enumerate(usable)
+    )
     return f"""<form id="try">
 <p><label>Sentence <input type="text" id="text" value="a red circle on the left" required></label></p>
 <p><label><input type="radio" name="job" value="encode" checked> encode it</label>
@@ -116,7 +134,9 @@ max="1000" style="width:4rem"></label></p>
 async def front(registry: RegistryDep, store: GalleriesDep) -> HTMLResponse:
     """The front page (``POST /`` is TEI's feature extraction / sentence similarity)."""
     models = registry.describe()
-    galleries = [g.summary() for g in await run_in_threadpool(store.list)]
+    galleries = [
+        {**g.summary(), "why": why_unusable(registry, g)} for g in await run_in_threadpool(store.list)
+    ]
     state = "ready" if registry.ready else "loading"
     html = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.openapi.models import Example
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
@@ -30,6 +31,19 @@ from lnserve.app.http.schemas.retrieval import (
 )
 from lnserve.app.serving.errors import TooManySentencesError
 from lnserve.app.serving.galleries import model_for, warm_scorer
+
+
+def _ex(value: str) -> dict[str, Example]:
+    """A path or query example that runs on the demo server, in the order Swagger lists the routes: the demo
+    gallery to read, ``my-captions`` (made by ``POST /galleries``' example) to add to and delete from."""
+    return {"demo": Example(value=value)}
+
+
+# the examples of the path parameters (see _ex)
+DemoGallery = Annotated[str, Path(openapi_examples=_ex("demo-images"))]
+NewGallery = Annotated[str, Path(openapi_examples=_ex("my-captions"))]
+DemoItem = Annotated[str, Path(openapi_examples=_ex("test-0"))]
+NewItem = Annotated[str, Path(openapi_examples=_ex("c1"))]
 
 router = APIRouter(prefix="/galleries", tags=["galleries"], route_class=OffloadedBodyRoute)
 _CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorBody, "description": "Name or id taken."}}
@@ -53,14 +67,14 @@ async def list_galleries(store: GalleriesDep) -> GalleryList:
 
 
 @router.get("/{name}", response_model=GalleryOut)
-async def get_gallery(name: str, store: GalleriesDep) -> GalleryOut:
+async def get_gallery(name: DemoGallery, store: GalleriesDep) -> GalleryOut:
     """One gallery: kind, model, item count and what its scores mean."""
     info = await run_in_threadpool(store.get, name)
     return GalleryOut.model_validate(info.as_dict())
 
 
 @router.delete("/{name}", status_code=204, responses={404: {"model": ErrorBody}})
-async def delete_gallery(name: str, store: GalleriesDep) -> Response:
+async def delete_gallery(name: NewGallery, store: GalleriesDep) -> Response:
     """Delete a whole gallery (a quarantined one too): the same crash-safe path as ``lnserve gallery rm``."""
     await run_in_threadpool(store.remove, name)
     return Response(status_code=204)
@@ -68,7 +82,7 @@ async def delete_gallery(name: str, store: GalleriesDep) -> Response:
 
 @router.post("/{name}/items", response_model=ItemsAdded, responses=_CONFLICT)
 async def add_items(
-    name: str,
+    name: NewGallery,
     body: ItemsAdd,
     request: Request,
     registry: RegistryDep,
@@ -104,39 +118,40 @@ async def add_items(
     return ItemsAdded(gallery=name, ids=added, count=count)
 
 
+_ITEM_ID_DOC = (
+    "The item's id, percent-encoded. Any id: this form also reaches ids stored before new "
+    f"ids had to be {ITEM_ID_RULE}, which no path segment can address."
+)
 ItemIdQuery = Annotated[
     str,
-    Query(
-        alias="id",
-        min_length=1,
-        max_length=256,
-        description="The item's id, percent-encoded. Any id: this form also reaches ids stored before new "
-        f"ids had to be {ITEM_ID_RULE}, which no path segment can address.",
-    ),
+    Query(alias="id", min_length=1, max_length=256, description=_ITEM_ID_DOC, openapi_examples=_ex("test-0")),
+]
+ItemIdToDelete = Annotated[
+    str, Query(alias="id", min_length=1, max_length=256, description=_ITEM_ID_DOC, openapi_examples=_ex("c2"))
 ]
 
 
 @router.get("/{name}/items", response_model=ItemOut, responses={404: {"model": ErrorBody}})
-async def get_item_by_query(name: str, item_id: ItemIdQuery, store: GalleriesDep) -> JSONResponse:
+async def get_item_by_query(name: DemoGallery, item_id: ItemIdQuery, store: GalleriesDep) -> JSONResponse:
     """One live item's id and payload, the id given as ``?id=``."""
     return await run_in_threadpool(lambda: JSONResponse(store.get_item(name, item_id)))  # payload: any size
 
 
 @router.delete("/{name}/items", status_code=204, responses={404: {"model": ErrorBody}})
-async def delete_item_by_query(name: str, item_id: ItemIdQuery, store: GalleriesDep) -> Response:
+async def delete_item_by_query(name: NewGallery, item_id: ItemIdToDelete, store: GalleriesDep) -> Response:
     """Delete one item, the id given as ``?id=``."""
     await run_in_threadpool(store.delete_item, name, item_id)
     return Response(status_code=204)
 
 
 @router.get("/{name}/items/{item_id}", response_model=ItemOut)
-async def get_item(name: str, item_id: str, store: GalleriesDep) -> JSONResponse:
+async def get_item(name: DemoGallery, item_id: DemoItem, store: GalleriesDep) -> JSONResponse:
     """One live item's id and payload."""
     return await run_in_threadpool(lambda: JSONResponse(store.get_item(name, item_id)))  # payload: any size
 
 
 @router.delete("/{name}/items/{item_id}", status_code=204, responses={404: {"model": ErrorBody}})
-async def delete_item(name: str, item_id: str, store: GalleriesDep) -> Response:
+async def delete_item(name: NewGallery, item_id: NewItem, store: GalleriesDep) -> Response:
     """Delete one item; it stops appearing in results at once."""
     await run_in_threadpool(store.delete_item, name, item_id)
     return Response(status_code=204)

@@ -8,7 +8,10 @@ re-converted or pulled into the volume), never a path from the request.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from fastapi.openapi.models import Example
 
 from lnserve.app.http.deps import RegistryDep, SettingsDep
 from lnserve.app.http.errors import ReloadDisabledError
@@ -28,7 +31,10 @@ router = APIRouter(tags=["models"])
     },
 )
 async def reload_model(
-    name: str, registry: RegistryDep, settings: SettingsDep, request: Request
+    name: Annotated[str, Path(openapi_examples={"demo": Example(value="demo-lngru")})],
+    registry: RegistryDep,
+    settings: SettingsDep,
+    request: Request,
 ) -> ModelInfo:
     """Load the artifact now in the model's directory beside the serving version, warm it up, switch to it
     atomically and retire the old version once its last request ends; on failure the old version serves on

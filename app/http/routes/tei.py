@@ -1,6 +1,7 @@
 """The text-embeddings-inference (TEI) protocol, so huggingface_hub's ``InferenceClient`` and TEI load tests
-work: ``POST /embed``, ``POST /similarity``, ``POST /`` (either, by the shape of ``inputs``) and TEI's
-tokenize at ``POST /tei/tokenize`` (``POST /tokenize`` is lnserve's own shape).
+work: ``POST /embed``, ``POST /similarity``, ``POST /`` (either, by the shape of ``inputs``), ``POST
+/embed_all``, ``POST /decode`` and TEI's tokenize at ``POST /tei/tokenize`` (and at ``POST /tokenize``,
+which tells TEI's body from lnserve's by its ``inputs`` field).
 
 TEI serves one model per process: these routes answer with the default model (``LNSERVE_DEFAULT_MODEL``).
 They run on the same tokeniser, limits, micro-batcher, API key and metrics as ``/encode``. Errors keep
@@ -27,12 +28,14 @@ from lnserve.app.http.answers import (
     vectors_bytes,
 )
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import RegistryDep
+from lnserve.app.http.deps import RegistryDep, cancel_on_disconnect
 from lnserve.app.http.errors import error_response
 from lnserve.app.http.routes.encode_helpers import check_dimensions, encode_texts, text_inputs
 from lnserve.app.http.schemas import VectorJSONResponse
 from lnserve.app.http.schemas.tei import (
     SimilarityInput,
+    TEIDecodeRequest,
+    TEIEmbedAllRequest,
     TEIEmbedRequest,
     TEIRootRequest,
     TEISimilarityRequest,
@@ -63,6 +66,7 @@ class TEIRoute(OffloadedBodyRoute):
         return tei_handler
 
 
+INLINE_DECODE_IDS = 4096  # more ids are decoded and written in a worker thread
 router = APIRouter(tags=["tei"], route_class=TEIRoute)
 
 
@@ -139,10 +143,15 @@ async def root(body: TEIRootRequest, request: Request, registry: RegistryDep) ->
 
 @router.post("/tei/tokenize", response_model=list[list[TEIToken]])
 async def tei_tokenize(body: TEITokenizeRequest, request: Request, registry: RegistryDep) -> Response:
-    """TEI's ``/tokenize`` shape (``POST /tokenize`` is lnserve's own): per input, each token with its id;
-    ``special`` marks the appended ``<eos>``; character offsets are not tracked (null)."""
+    """TEI's ``/tokenize`` shape (also accepted at ``POST /tokenize``, told apart by ``inputs``): per input,
+    each token with its id; ``special`` marks the appended ``<eos>``; character offsets are not tracked
+    (null)."""
+    return await tei_tokens(registry.get(None), body, request)
+
+
+async def tei_tokens(entry: ModelEntry, body: TEITokenizeRequest, request: Request) -> Response:
+    """TEI's tokenize answer for ``body`` with ``entry``'s tokenizer and limits."""
     _no_prompt(body.prompt_name)
-    entry = registry.get(None)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     if not texts:
         raise EncodeInputError("inputs is an empty list")
@@ -169,3 +178,53 @@ def _tei_tokens(entry: ModelEntry, texts: list[str], eos: bool | None) -> list[l
         ]
         for s in out["sentences"]
     ]
+
+
+@router.post("/decode", response_model=list[str])
+async def decode(body: TEIDecodeRequest, request: Request, registry: RegistryDep) -> Response:
+    """TEI ``/decode``: token ids (as ``/tokenize`` gives them) back to text, per list of ids: the words
+    joined by spaces (the tokenizers split on whitespace, so this is the text the model saw); an unknown
+    word comes back as ``UNK``. ``skip_special_tokens`` (default true) leaves out ``<eos>``."""
+    ids = body.ids
+    seqs = [ids] if not ids or isinstance(ids[0], int) else ids
+    entry = registry.get(None)
+
+    def words() -> list[str]:
+        return entry.decode(seqs, skip_special=body.skip_special_tokens)  # type: ignore[arg-type]
+
+    # each id echoes a word: within max_answer_bytes, and made off the loop when there are many
+    if sum(map(len, seqs)) <= INLINE_DECODE_IDS:  # type: ignore[arg-type]
+        return await json_answer(words(), limit=limit_of(request), inline=True)
+    return await answer_made_off_loop(words, limit=limit_of(request))
+
+
+@router.post("/embed_all", response_model=list[list[list[float]]], response_class=VectorJSONResponse)
+async def embed_all(body: TEIEmbedAllRequest, request: Request, registry: RegistryDep) -> Response:
+    """TEI ``/embed_all``: per input, the encoder's raw state after each token it steps on (``<eos>``
+    included where the model appends it), one row per token, not normalised. The last row, normalised as
+    the model does (L2; then abs on order models; skip-thoughts' uni and bi halves separately), is the
+    ``/embed`` vector. Row t is the state the encoder reaches on the first t + 1 tokens (for bi-skip's
+    backward half: its state after reading those tokens from the last back). A request carries at most
+    max_sentences tokens in all (one row each: the answer is as large as the largest ``/embed``)."""
+    entry = registry.get(None)
+    _no_prompt(body.prompt_name)
+    texts = text_inputs(body.inputs)
+    seqs, _ = await entry.prepare_async(
+        texts,
+        pretokenized=False,
+        eos=None,
+        truncate=bool(body.truncate),
+        keep_end=body.truncation_direction == "left",
+    )
+    rows = sum(map(len, seqs))
+    TooManySentencesError.check(rows, entry.settings.max_sentences, "tokens")
+    limit = limit_of(request)
+    size = vectors_bytes(rows, entry.manifest["dims"]["output_dim"])
+    check_answer_bytes(size, limit, f"{rows} token states")
+    # every prefix of every sentence, encoded raw by the same batcher and graph as /embed: the last state of
+    # the prefix of t + 1 tokens is the state after token t (the recurrences run forwards, from zero)
+    prefixes = [seq[: t + 1] for seq in seqs for t in range(len(seq))]
+    states = await cancel_on_disconnect(request, entry.encode_ids(prefixes, normalize=False))
+    per_input = np.split(states, np.cumsum([len(s) for s in seqs])[:-1])
+    answer = [np.ascontiguousarray(s, dtype=np.float32) for s in per_input]
+    return await json_answer(answer, limit=limit, inline=small(size))

@@ -1,4 +1,5 @@
-"""``POST /tokenize``: the tokens and ids a model would use for each sentence, unknown words marked."""
+"""``POST /tokenize``: the tokens and ids a model would use for each sentence, unknown words marked. A body
+in TEI's shape (``inputs``) is answered as TEI's ``/tokenize`` (``routes.tei``), so TEI clients work here."""
 
 from __future__ import annotations
 
@@ -10,16 +11,21 @@ from starlette.responses import Response
 from lnserve.app.http.answers import answer_made_off_loop, json_answer, limit_of
 from lnserve.app.http.body_parsing import OffloadedBodyRoute
 from lnserve.app.http.deps import RegistryDep
+from lnserve.app.http.routes.tei import tei_tokens
+from lnserve.app.http.schemas.tei import TEIToken
 from lnserve.app.http.schemas.tokenize_score import TokenizeRequest, TokenizeResponse
 from lnserve.app.serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry
 
 router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 
 
-@router.post("/tokenize", response_model=TokenizeResponse)
+@router.post("/tokenize", response_model=TokenizeResponse | list[list[TEIToken]])
 async def tokenize(body: TokenizeRequest, request: Request, registry: RegistryDep) -> Response:
     """Tokenise as ``/encode`` would (same tokenizer, vocabulary, eos and limits), without running the model:
-    shows which words the model does not know (they all take one UNK vector)."""
+    shows which words the model does not know (they all take one UNK vector). TEI's body (``inputs``,
+    ``add_special_tokens``; no ``sentences``) gets TEI's answer, as ``POST /tei/tokenize``."""
+    if body.tei is not None:
+        return await tei_tokens(registry.get(None), body.tei, request)
     entry = registry.get(body.model)
     if sum(map(len, body.sentences)) <= INLINE_TOKENIZE_CHARS:
         return await json_answer(_answer(entry, body), limit=limit_of(request), inline=True)

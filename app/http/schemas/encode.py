@@ -10,7 +10,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import JSONResponse
 
-from lnserve.app.http.schemas.fields import Eos, ModelName, Pretokenized
+from lnserve.app.http.schemas.fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
 from lnserve.app.http.schemas.retrieval import GallerySummary
 
 Encoding = Literal["float", "base64"]
@@ -42,14 +42,27 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+NORMALIZE = (
+    "true: the model's sentence vector: L2-normalised, then the absolute value on order-embedding "
+    "models trained with abs (skip-thoughts: uni and bi halves normalised separately). false: the "
+    "encoder's raw last state, before both (no L2, no abs), as /embed_all's last row."
+)
+
+
 # -- /encode ---------------------------------------------------------------------------------------
 class EncodeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"sentences": ["a red circle on the left", "a blue square"]}]},
+    )
 
     model: str | None = ModelName
     sentences: list[str] = Field(min_length=1, description="Sentences to encode, in order.")
     pretokenized: bool = Pretokenized
-    normalize: bool | None = Field(None, description="L2-normalise (default: the model's).")
+    normalize: bool | None = Field(
+        None,
+        description=NORMALIZE + " Default: the model's.",
+    )
     eos: bool | None = Eos
     truncate: bool = Field(False, description="Cut sentences over max_tokens instead of refusing them.")
     encoding: Encoding = Field("float", description="base64: little-endian float32 per vector.")
@@ -68,7 +81,7 @@ class EncodeResponse(BaseModel):
 
 
 class EncodeImagesRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"features": [DEMO_IMAGE]}]})
 
     model: str | None = ModelName
     features: list[list[float]] = Field(min_length=1, description="CNN feature rows (N x dim_image).")
@@ -84,7 +97,9 @@ class EncodeImagesResponse(BaseModel):
 
 # -- /v1/embeddings (OpenAI-compatible) ------------------------------------------------------------
 class EmbeddingsRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # OpenAI clients send fields we have no use for
+    model_config = ConfigDict(  # OpenAI clients send fields we have no use for
+        extra="ignore", json_schema_extra={"examples": [{"input": "a red circle on the left"}]}
+    )
 
     input: str | list[str] | list[int] | list[list[int]] = Field(
         description="A string or a list of strings. Token ids (a list of ints, or of lists of ints) are "

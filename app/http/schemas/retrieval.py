@@ -30,7 +30,9 @@ class ScoreInfo(BaseModel):
 
 
 class GalleryCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "my-captions", "kind": "captions"}]}
+    )
 
     name: str = Field(pattern=GALLERY_NAME, description=f"Gallery name: {GALLERY_NAME_RULE}.")
     kind: GalleryKind = Field(description="What the items are: images (features) or captions (text).")
@@ -117,7 +119,19 @@ class ItemIn(BaseModel):
 
 
 class ItemsAdd(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        {"id": "c1", "text": "a red circle on the left"},
+                        {"id": "c2", "text": "a blue square"},
+                    ]
+                }
+            ]
+        },
+    )
 
     model: str | None = ModelField
     items: list[ItemIn] = Field(min_length=1, description="At most max_sentences items (see /info).")
@@ -166,7 +180,12 @@ class RetrieveRequest(BaseModel):
     """Exactly one of ``query`` (one query; ``results`` is one list) and ``queries`` (a batch; ``results``
     is one list per query, in order)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"gallery": "demo-images", "query": {"text": "a red circle on the left"}, "k": 5}]
+        },
+    )
 
     model: str | None = ModelField
     gallery: str = Field(description="Gallery to search.")

@@ -1,11 +1,14 @@
 """Request and response bodies of the text-embeddings-inference (TEI) protocol: ``/embed``, ``/similarity``,
-``POST /`` and ``/tei/tokenize``. Unknown fields are ignored, as TEI does, so its clients work unchanged."""
+``POST /``, ``/embed_all``, ``/decode`` and ``/tei/tokenize`` (also accepted at ``POST /tokenize``).
+Unknown fields are ignored, as TEI does, so its clients work unchanged."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictInt
+
+from lnserve.app.http.schemas.encode import NORMALIZE
 
 Inputs = str | list[str] | list[int] | list[list[int]]
 
@@ -31,9 +34,17 @@ class _TEIRequest(BaseModel):
 
 
 class TEIEmbedRequest(_TEIRequest):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": ["a red circle", "a blue square"]}]})
+
     inputs: Inputs = Field(description="A string or a list of strings (token ids: 422).")
-    normalize: bool = Field(True, description="L2-normalise the vectors.")
+    normalize: bool = Field(True, description=NORMALIZE)
     dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
+
+
+SIMILARITY_EXAMPLE: dict[str, JsonValue] = {
+    "source_sentence": "a red circle",
+    "sentences": ["a red circle on the left", "a blue square"],
+}
 
 
 class SimilarityInput(BaseModel):
@@ -42,6 +53,8 @@ class SimilarityInput(BaseModel):
 
 
 class TEISimilarityRequest(_TEIRequest):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": SIMILARITY_EXAMPLE}]})
+
     inputs: SimilarityInput
     parameters: dict[str, object] | None = Field(None, description="Accepted and ignored.")
 
@@ -49,14 +62,37 @@ class TEISimilarityRequest(_TEIRequest):
 class TEIRootRequest(_TEIRequest):
     """``POST /``: a feature-extraction body, or a sentence-similarity one (``inputs`` an object)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"inputs": "a red circle"}, {"inputs": SIMILARITY_EXAMPLE}]}
+    )
+
     inputs: SimilarityInput | Inputs
-    normalize: bool = True
+    normalize: bool = Field(True, description=NORMALIZE)
     dimensions: StrictInt | None = None
     parameters: dict[str, object] | None = None
 
 
+class TEIEmbedAllRequest(_TEIRequest):
+    """``/embed_all``: the encoder's state after each token of each input."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"inputs": "a red circle"}]})
+
+    inputs: Inputs = Field(description="A string or a list of strings (token ids: 422).")
+
+
+class TEIDecodeRequest(BaseModel):
+    """``/decode``: token ids (as ``/tokenize`` gives them) back to text."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"ids": [2, 14, 9, 0]}]})
+
+    ids: list[StrictInt] | list[list[StrictInt]] = Field(
+        description="One list of token ids, or a list of them (each at most max_tokens ids)."
+    )
+    skip_special_tokens: bool = Field(True, description="Leave out <eos>.")
+
+
 class TEITokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"inputs": "a red circle"}]})
 
     inputs: str | list[str]
     add_special_tokens: bool = Field(True, description="Append the model's eos token where it uses one.")

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
-from lnserve.app.http.schemas.fields import Eos, ModelName, Pretokenized
+from lnserve.app.http.schemas.fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
+from lnserve.app.http.schemas.tei import TEITokenizeRequest
 
 
 # -- /tokenize -------------------------------------------------------------------------------------
 class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """lnserve's body; a body with ``inputs`` (and no ``sentences``) is TEI's (``TEITokenizeRequest``),
+    validated by TEI's rules and answered in TEI's shape, so that TEI clients work at ``POST /tokenize``."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"sentences": ["a red circle on the left"]}]}
+    )
 
     model: str | None = ModelName
     sentences: list[str] = Field(
@@ -22,6 +28,24 @@ class TokenizeRequest(BaseModel):
     truncate: bool = Field(
         False, description="Cut sentences over max_tokens (as /encode does) instead of refusing them."
     )
+    _tei: TEITokenizeRequest | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _either_shape(cls, data: Any, handler: ModelWrapValidatorHandler[TokenizeRequest]) -> TokenizeRequest:
+        """Told apart by field: ``inputs`` without ``sentences`` is TEI's body."""
+        if not (isinstance(data, dict) and "inputs" in data and "sentences" not in data):
+            return handler(data)
+        tei = TEITokenizeRequest.model_validate(data)
+        texts = [tei.inputs] if isinstance(tei.inputs, str) else tei.inputs
+        body = cls.model_construct(sentences=texts, eos=None if tei.add_special_tokens else False)
+        body._tei = tei
+        return body
+
+    @property
+    def tei(self) -> TEITokenizeRequest | None:
+        """TEI's body when the request came in TEI's shape (answered in TEI's shape)."""
+        return self._tei
 
 
 class Token(BaseModel):
@@ -51,7 +75,10 @@ class TokenizeResponse(BaseModel):
 
 # -- /score ----------------------------------------------------------------------------------------
 class ScoreRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"captions": ["a red circle on the left"], "images": [DEMO_IMAGE]}]},
+    )
 
     model: str | None = ModelName
     captions: list[str] = Field(
