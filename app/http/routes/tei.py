@@ -193,7 +193,7 @@ async def decode(body: TEIDecodeRequest, request: Request, registry: RegistryDep
         return entry.decode(seqs, skip_special=body.skip_special_tokens)  # type: ignore[arg-type]
 
     # each id echoes a word: within max_answer_bytes, and made off the loop when there are many
-    if sum(map(len, seqs)) <= INLINE_DECODE_IDS:  # type: ignore[arg-type]
+    if sum(map(len, seqs)) <= INLINE_DECODE_IDS:
         return await json_answer(words(), limit=limit_of(request), inline=True)
     return await answer_made_off_loop(words, limit=limit_of(request))
 
