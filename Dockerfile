@@ -71,10 +71,13 @@ RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST P
 # --- runtime: the same base, the venv, a non-root user ------------------------------------------------
 FROM ${BASE} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive
+# apt-get clean: a debootstrap base has no docker-clean hook, and apt's downloaded packages and caches
+# (/var/cache/apt, ~85 MB) would stay in the image
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 \
-    && rm -rf /var/lib/apt/lists/* \
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && groupadd --system --gid 10001 lnserve \
     && useradd --system --uid 10001 --gid lnserve --create-home --home-dir /home/lnserve lnserve \
     && mkdir -p /models /data \
