@@ -1,6 +1,8 @@
-# lnserve image. The default base serves GPU hosts: the PyPI onnxruntime-gpu wheels (1.2x/1.3x) are built for
-# CUDA 13 and cuDNN 9, which it provides (override BASE to match another onnxruntime-gpu build). On a CPU host
-# any Debian/Ubuntu base with python3 >= 3.11 in apt does, e.g. one made offline with debootstrap.
+# lnserve image: the core install (serve, convert, export, pull, galleries; no torch, no extra). The default
+# base serves GPU hosts: the PyPI onnxruntime-gpu wheels (1.2x/1.3x) are built for CUDA 13 and cuDNN 9, which
+# it provides (override BASE to match another onnxruntime-gpu build). On a CPU host any Debian/Ubuntu base with
+# python3 >= 3.11 in apt does, e.g. one made offline with debootstrap; the CPU build of onnxruntime then goes
+# in (ONNXRUNTIME below), a few hundred MB smaller than the GPU one.
 # Build: docker build -t lnserve .   Run: docker compose up   (see docs/docker.md for every build argument)
 # No `# syntax=` line: nothing here needs a frontend image from a registry, so the build works offline.
 ARG BASE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
@@ -16,9 +18,10 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-# Where torch comes from: an index URL (default: the CPU wheels; torch only runs the reference backend, GPU
-# inference is onnxruntime-gpu) or a folder of wheels (find-links), e.g. /pip/wheels from docker/pip/.
-ARG TORCH_SOURCE=https://download.pytorch.org/whl/cpu
+# Which onnxruntime: onnxruntime-gpu (CUDA when the host has it, CPU otherwise), onnxruntime (CPU only), or
+# auto: the GPU build on a base with the CUDA runtime (nvidia/cuda's CUDA_VERSION, or libcudart), the CPU
+# build elsewhere. Only the core's packages go in: no torch (the build fails if one slips in).
+ARG ONNXRUNTIME=auto
 # pip's own settings, passed through when given (pip reads them from the environment): a mirror, more
 # indexes, a wheel folder, hosts without TLS, and a CA bundle where the network re-signs TLS (/pip/ca.crt).
 ARG PIP_INDEX_URL
@@ -34,14 +37,16 @@ COPY pyproject.toml ./
 RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST PIP_CERT; do \
         eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
     done \
-    && case "$TORCH_SOURCE" in \
-        "") set -- ;; \
-        http://*|https://*|file://*) set -- --extra-index-url "$TORCH_SOURCE" ;; \
-        *) set -- --find-links "$TORCH_SOURCE" ;; \
+    && case "$ONNXRUNTIME" in \
+        auto) if [ -n "${CUDA_VERSION:-}" ] || python3 -c "import ctypes.util as u, sys; sys.exit(not u.find_library('cudart'))"; \
+              then ort=onnxruntime-gpu; else ort=onnxruntime; fi ;; \
+        onnxruntime|onnxruntime-gpu) ort=$ONNXRUNTIME ;; \
+        *) echo "ONNXRUNTIME: onnxruntime, onnxruntime-gpu or auto, not '$ONNXRUNTIME'" >&2; exit 2 ;; \
     esac \
-    && python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > /tmp/requirements.txt \
-    && pip install --no-cache-dir "$@" -r /tmp/requirements.txt \
-    && python3 -c "import torch; assert not torch.version.cuda, 'a CUDA torch: set TORCH_SOURCE to CPU wheels'" \
+    && python3 -c "import tomllib, sys; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print(*(d.replace('onnxruntime-gpu', sys.argv[1], 1) for d in deps), sep='\n')" "$ort" > /tmp/requirements.txt \
+    && echo "lnserve's core dependencies, with $ort:" && cat /tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt \
+    && if python3 -c "import torch" 2>/dev/null; then echo "torch is in the image: the core has none" >&2; exit 1; fi \
     && python3 -c "import sysconfig; open(sysconfig.get_path('purelib') + '/lnserve.pth', 'w').write('/opt/lnserve\n')"
 
 # --- build: lnserve and its fused op, into /opt/lnserve ---------------------------------------------
@@ -66,10 +71,13 @@ RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST P
 # --- runtime: the same base, the venv, a non-root user ------------------------------------------------
 FROM ${BASE} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive
+# apt-get clean: a debootstrap base has no docker-clean hook, and apt's downloaded packages and caches
+# (/var/cache/apt, ~85 MB) would stay in the image
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 \
-    && rm -rf /var/lib/apt/lists/* \
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && groupadd --system --gid 10001 lnserve \
     && useradd --system --uid 10001 --gid lnserve --create-home --home-dir /home/lnserve lnserve \
     && mkdir -p /models /data \

@@ -1,21 +1,49 @@
-# Two commands from a fresh clone: `make serve` and `make test`. Each creates .venv on first use.
+# Two commands from a fresh clone: `make serve` (the core install: serving, convert, export, pull, galleries;
+# no torch, no development tool) and `make test` (the dev extra: every extra plus ruff, mypy and pytest).
+# Each creates .venv on first use; `make test` after `make serve` upgrades that .venv to dev.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+SUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
+CORE_STAMP := $(VENV)/.installed-core-$(SUM)
+DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
+BUILD_INPUTS := pyproject.toml app/runtime/fused_op/lngru_step.cc app/runtime/fused_op/ort_abi.h  # the .cc: rebuild the op
 
 .PHONY: serve test typecheck lint bench demo-model clean
 
-$(STAMP): pyproject.toml app/runtime/fused_op/lngru_step.cc app/runtime/fused_op/ort_abi.h  # the .cc: rebuild the op
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	rm -f $(VENV)/.installed-* && touch $(STAMP)
+# install WHAT SPEC: pip's own progress (what it collects, downloads and installs), the time it took and the
+# size of .venv after it; a stale stamp (another pyproject.toml) goes.
+define install
+	@echo "make: installing $(1) into $(VENV) ($(2)); pip says what it fetches and installs"
+	@start=$$(date +%s); \
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || exit 1; \
+	$(BIN)/python -m pip install --upgrade pip || exit 1; \
+	$(BIN)/python -m pip install -e '$(2)' || exit 1; \
+	echo "make: $(1) installed in $$(( $$(date +%s) - start )) s; $(VENV) is $$(du -sh $(VENV) | cut -f1)"
+	@rm -f $(VENV)/.installed-*
+endef
 
-serve: $(STAMP)
+# the core; a dev install newer than every build input already holds it
+$(CORE_STAMP): $(BUILD_INPUTS)
+	@if [ -f $(DEV_STAMP) ] && [ -z "$$(find $(BUILD_INPUTS) -newer $(DEV_STAMP))" ]; then \
+		touch $@; \
+	else \
+		$(MAKE) --no-print-directory _core; \
+	fi
+
+$(DEV_STAMP): $(BUILD_INPUTS)
+	$(call install,the dev extra (every extra: torch, eval, ray; ruff, mypy, pytest...),.[dev])
+	@touch $(DEV_STAMP) $(CORE_STAMP)
+
+.PHONY: _core
+_core:
+	$(call install,lnserve (the core: no torch; pip install 'lnserve[torch]' adds it),.)
+	@touch $(CORE_STAMP)
+
+serve: $(CORE_STAMP)
 	$(BIN)/lnserve serve
 
-test: $(STAMP) typecheck
+test: $(DEV_STAMP) typecheck
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -23,22 +51,22 @@ test: $(STAMP) typecheck
 # .mypy_cache/src/lnserve/{*.py, eval, app, models, converters} -> the checkout (setup.py maps the folders
 # at install time, which no type checker follows). Incremental: ~10 s with its cache, about a minute cold.
 TYPECHECK_VIEW := .mypy_cache/src/lnserve
-typecheck: $(STAMP)
+typecheck: $(DEV_STAMP)
 	@mkdir -p $(TYPECHECK_VIEW)
 	@for f in lnserve/*.py lnserve/eval app models converters; do ln -sfn $(CURDIR)/$$f $(TYPECHECK_VIEW)/$$(basename $$f); done
 	MYPYPATH=$(dir $(TYPECHECK_VIEW)) $(BIN)/mypy -p lnserve
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python benchmarks/encode_throughput.py
 
 # The trained demo from scratch: world -> training -> held-out eval -> app/demo_model/ (about 2 min on 2 cores).
 DEMO_WORK := build/demo
 DEMO_RECIPE := --cell lngru --dim-word 32 --dim 64 --epochs 12 --seed 7 --device cpu
-demo-model: $(STAMP)
+demo-model: $(DEV_STAMP)
 	$(BIN)/lnserve train world --out $(DEMO_WORK)/world
 	$(BIN)/lnserve train order-embedding --world $(DEMO_WORK)/world $(DEMO_RECIPE) \
 		--name demo-lngru --demo --force --out $(DEMO_WORK)/model

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from lnserve.errors import UserInputError
+from lnserve.extras import require
 
 if TYPE_CHECKING:
+    from lnserve.app.serving.registry import ModelDirs
     from lnserve.app.settings import Settings
 
 
@@ -91,6 +93,7 @@ def serve(
     configure_logging(settings.log_level)
     settings = demo_if_empty(settings)  # an empty /models volume: the demo, with a warning
     model_dirs = resolve_model_dirs(settings)  # a bad directory or name fails here, as a one-line CLI error
+    _require_torch_where_needed(settings, model_dirs)
     ray_flags = (replicas, min_replicas, max_replicas, address, ingress)
     if not ray and (any(f is not None for f in ray_flags) or shards != 1):
         raise UserInputError(
@@ -105,11 +108,30 @@ def serve(
     serve_app(settings, model_dirs)  # a damaged model file or a taken port fails first: one CLI line
 
 
+def _require_torch_where_needed(settings: Settings, model_dirs: ModelDirs) -> None:
+    """``--backend torch``, or a model only torch runs, without torch installed: one line naming the extra,
+    before any model loads or the port is bound (not a failed start-up after both)."""
+    from lnserve.app.runtime.engine import needs_torch
+    from lnserve.converters.artifact import Artifact
+
+    if settings.backend == "torch":
+        require("torch", "torch", "--backend torch")
+        return
+    if settings.strict_provider:  # no fallback to torch: the model's load refuses it, with its own code
+        return
+    for name, path, manifest in model_dirs:
+        try:
+            reason = needs_torch(Artifact(path, manifest))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue  # a malformed manifest: the model's load reports it, with its own code
+        if reason:
+            require("torch", "torch", f"model {name}: {reason}; its torch backend")
+
+
 def _serve_on_ray(settings: Settings, *flags: Any) -> None:
-    try:
-        from lnserve.app.scale.launch import RayOptions, serve_on_ray
-    except ImportError as exc:
-        raise UserInputError(f"--ray needs Ray Serve: pip install 'lnserve[ray]' ({exc})") from None
+    require("ray.serve", "ray", "--ray")
+    from lnserve.app.scale.launch import RayOptions, serve_on_ray
+
     replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus, ingress = flags
     opts = RayOptions(
         replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas, shards=shards,

@@ -12,6 +12,7 @@ import typer
 
 from lnserve.app.commands.common import check_output_dir, load_matrix, read_lines
 from lnserve.errors import UserInputError
+from lnserve.extras import require
 
 train_app = typer.Typer(help="Train or fine-tune encoders; generate the demo world.", no_args_is_help=True)
 
@@ -140,6 +141,7 @@ def train_order_embedding(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Train (or fine-tune with --from-artifact) an order-embedding model; write an artifact."""
+    require("torch", "torch", "lnserve train order-embedding")  # before any file is read or written
     from lnserve.app.training.checkpoint import checkpoint_dir, load_checkpoint
     from lnserve.app.training.trainer import TrainConfig, Trainer, resolve_device, write_trained
     from lnserve.converters.artifact import model_name

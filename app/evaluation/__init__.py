@@ -3,5 +3,5 @@ readers, folds, classifiers and scoring, reproduced step by step on any model's 
 
 Layers: ``datasets`` reads the distribution files; ``folds`` and ``linear`` / ``relatedness`` are the
 protocol's pieces; ``protocols`` runs one task on an ``encoders.Encoder``; ``report`` prints the table.
-scikit-learn and scipy come with the ``lnserve[eval]`` extra.
+scikit-learn, scipy and torch come with the ``lnserve[eval]`` extra.
 """

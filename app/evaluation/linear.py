@@ -16,15 +16,9 @@ from lnserve.app.evaluation.folds import DegenerateSplit
 
 
 def _require_sklearn() -> None:
-    try:
-        import sklearn  # noqa: F401
-    except ImportError:
-        from lnserve.errors import UserInputError
+    from lnserve.extras import require
 
-        raise UserInputError(
-            "the faithful protocols fit scikit-learn's liblinear: pip install 'lnserve[eval]' "
-            "(or use --fast, which needs only torch)"
-        ) from None
+    require("sklearn", "eval", "the faithful protocols (scikit-learn's liblinear)")
 
 
 def liblinear(c: float):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lnserve.app.evaluation import datasets as ds
-from lnserve.errors import UserInputError
+from lnserve.extras import require
 
 READERS = {
     "mr": lambda d: ds.read_binary(d, "mr"),
@@ -22,14 +22,17 @@ READERS = {
 
 def check_task_files(task: str, directory: Path, *, fast: bool) -> None:
     READERS[task](directory)
-    needs = ["scipy"] if task in ("sick-r", "sts14") else []  # correlations
-    if not fast and task not in ("sick-r", "sts14"):
-        needs.append("sklearn")  # liblinear (the fast mode fits with torch)
-    for module in needs:
-        try:
-            __import__(module)
-        except ImportError:
-            raise UserInputError(
-                f"task {task} needs {module}: pip install 'lnserve[eval]'"
-                + ("" if fast else " (or try --fast, which fits with torch)")
-            ) from None
+    for module in needed_modules(task, fast=fast):
+        require(module, "eval", f"task {task}" + (" --fast" if fast else ""))
+
+
+def needed_modules(task: str, *, fast: bool) -> list[str]:
+    """The optional libraries ``task`` imports: scipy's correlations (SICK-R, STS14), scikit-learn's
+    liblinear (the faithful classifiers) or torch (SICK-R's softmax; every classifier in the fast mode)."""
+    fits = task != "sts14"  # STS14 fits nothing: cosine against the gold scores
+    needs = ["scipy"] if task in ("sick-r", "sts14") else []
+    if task == "sick-r" or (fast and fits):
+        needs.append("torch")
+    elif fits:
+        needs.append("sklearn")
+    return needs

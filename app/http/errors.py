@@ -18,6 +18,7 @@ LnserveError
 │   ├── ModelLoadError         (model_load_failed)        serve: a model cannot load at startup (exit 2)
 │   ├── AddressInUseError      (address_in_use)           serve: the port is taken (exit 2; app.http.server)
 │   ├── BindError              (bind_failed)              serve: the address cannot be bound (app.http.server)
+│   ├── MissingExtraError      (missing_extra)            CLI, serve start-up: an extra is not installed
 │   └── GalleryError           (gallery_error, 422)       app.galleries.errors: /galleries, /retrieve
 │       ├── GalleryNotFoundError  (gallery_not_found, 404) no gallery of that name
 │       ├── GalleryExistsError    (gallery_exists, 409)    create with a taken name

@@ -36,6 +36,7 @@ from lnserve.app.serving.galleries import warm_scorer
 from lnserve.app.serving.registry import ModelDirs, ModelRegistry
 from lnserve.app.settings import Settings
 from lnserve.errors import LnserveError
+from lnserve.extras import MissingExtraError
 
 log = logging.getLogger("lnserve.app")
 
@@ -102,7 +103,9 @@ async def _load(app: FastAPI) -> None:
         name, error = next(iter(failed.items()))
         code = error.code if isinstance(error, LnserveError) else type(error).__name__
         app.state.lifecycle.startup_failed(
-            ModelLoadError(f"model {name!r} cannot be loaded ({code}: {error})")
+            error  # its own code and fix (pip install 'lnserve[torch]'), which the message names
+            if isinstance(error, MissingExtraError)
+            else ModelLoadError(f"model {name!r} cannot be loaded ({code}: {error})")
         )
 
 

@@ -26,6 +26,7 @@ from lnserve.app.runtime.text import (
     unk_counts,
 )
 from lnserve.converters.artifact import Artifact, read_artifact
+from lnserve.extras import require
 
 log = logging.getLogger("lnserve.runtime")
 
@@ -99,9 +100,11 @@ def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
     if backend == "onnx" and reason:
         if options.get("strict"):
             raise ProviderUnavailableError(f"{artifact.path}: strict mode: {reason}; use --backend torch")
+        require("torch", "torch", f"{artifact.name}: {reason}; its torch backend")
         log.warning("%s: %s; falling back to the torch backend", artifact.name, reason)
         backend = "torch"
     if backend == "torch":
+        require("torch", "torch", "--backend torch")
         from lnserve.app.runtime.torch_backend import TorchBackend
 
         return TorchBackend(artifact, threads=options.get("threads"))

@@ -49,23 +49,32 @@ def test_dockerfile_shape() -> None:
 
 def test_dockerfile_builds_offline() -> None:
     """No ``# syntax=`` line (BuildKit would fetch a frontend image from Docker Hub); no index hard-coded in
-    a pip command: the torch source and pip's index, find-links, trusted hosts and CA are build arguments."""
+    a pip command: pip's index, find-links, trusted hosts and CA are build arguments."""
     text = (ROOT / "Dockerfile").read_text()
     assert not any(ln.lstrip("# ").lower().startswith("syntax=") for ln in text.splitlines()[:5])
     args = {ln.split()[1].split("=")[0] for ln in text.splitlines() if ln.startswith("ARG ")}
     assert {
         "BASE",
-        "TORCH_SOURCE",
+        "ONNXRUNTIME",
         "PIP_INDEX_URL",
         "PIP_EXTRA_INDEX_URL",
         "PIP_FIND_LINKS",
         "PIP_CERT",
     } <= args
-    torch_default = next(ln for ln in text.splitlines() if ln.startswith("ARG TORCH_SOURCE="))
-    assert torch_default.endswith("=https://download.pytorch.org/whl/cpu")
     pip_commands = [ln for ln in text.splitlines() if "pip install" in ln]
     assert pip_commands and not any("://" in ln for ln in pip_commands), pip_commands
     assert (ROOT / "docker" / "pip" / "README.md").is_file()  # COPY docker/pip needs the folder in a clone
+
+
+def test_the_image_installs_the_core_only() -> None:
+    """The deps stage installs ``project.dependencies`` (onnxruntime's build chosen by ONNXRUNTIME) and
+    nothing of an extra: no torch in the image, and the build fails if one comes in through a dependency."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert "['project']['dependencies']" in text and "optional-dependencies" not in text
+    pip_commands = [ln for ln in text.splitlines() if "pip install" in ln]
+    assert not any("torch" in ln or ".[" in ln or "lnserve[" in ln for ln in pip_commands), pip_commands
+    assert 'python3 -c "import torch"' in text and "the core has none" in text
+    assert next(ln for ln in text.splitlines() if ln.startswith("ARG ONNXRUNTIME=")) == "ARG ONNXRUNTIME=auto"
 
 
 def test_dockerignore_keeps_the_context_small() -> None:

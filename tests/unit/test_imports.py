@@ -19,6 +19,7 @@ import pytest
 import lnserve.app
 
 HTTP = ("fastapi", "starlette", "uvicorn")
+EXTRA_PACKAGES = ("torch", "sklearn", "scipy", "ray")  # lnserve[torch], [eval], [ray]
 
 
 def _loaded_after_import(module: str, *, whole_package: bool = False) -> set[str]:
@@ -43,9 +44,14 @@ def _offenders(loaded: set[str], forbidden: tuple[str, ...]) -> list[str]:
 
 def _lnserve_outside(loaded: set[str], *allowed: str) -> list[str]:
     """lnserve modules loaded that are neither the root package, a parent of ``allowed``, nor under it."""
-    ok = {"lnserve", "lnserve.errors", "lnserve.storage", "lnserve.hashing", "lnserve.input_files"} | {
-        a.rsplit(".", k)[0] for a in allowed for k in range(a.count(".") + 1)
-    }
+    ok = {
+        "lnserve",
+        "lnserve.errors",
+        "lnserve.extras",
+        "lnserve.storage",
+        "lnserve.hashing",
+        "lnserve.input_files",
+    } | {a.rsplit(".", k)[0] for a in allowed for k in range(a.count(".") + 1)}
     return sorted(
         m
         for m in loaded
@@ -92,6 +98,10 @@ def test_runtime_imports_no_http_layer() -> None:
             ("torch", "fastapi", "lnserve.converters.safe_pickle", "lnserve.converters.legacy_files"),
         ),
         ("lnserve.app.runtime.onnx_backend", ("torch", "fastapi", "lnserve.converters.safe_pickle")),
+        # the core install has no extra: the command line and the service load none of their packages
+        ("lnserve.app.cli", EXTRA_PACKAGES),
+        ("lnserve.app.http.main", EXTRA_PACKAGES),
+        ("lnserve.app.runtime.retrieval", EXTRA_PACKAGES),
     ],
 )
 def test_import_direction(module: str, forbidden: tuple[str, ...]) -> None:

@@ -1,16 +1,72 @@
 """``pip install .`` must add exactly one import package, ``lnserve``: generic names such as ``app`` or
-``models`` in site-packages would break (or be broken by) any other project in the same environment."""
+``models`` in site-packages would break (or be broken by) any other project in the same environment.
+
+The core install serves, converts, exports, pulls and keeps galleries without torch; the extras add the rest
+(``lnserve[torch]``, ``[eval]``, ``[ray]``, ``[all]``, ``[dev]``). That the core commands run without the
+extras' packages is tested in ``tests/e2e/test_without_extras.py``."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
+from email.parser import Parser
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+EXTRAS = PROJECT["optional-dependencies"]
+# what no core install may bring: the extras' packages and the development tools
+NOT_CORE = {"torch", "scikit-learn", "scipy", "ray", "pytest", "hypothesis", "ruff", "mypy", "schemathesis"}
+
+
+def _name(requirement: str) -> str:
+    """The distribution a requirement names, normalised (``ray[serve]>=2.60,<3`` -> ``ray``)."""
+    return re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _expanded(extra: str) -> set[str]:
+    """Every distribution ``lnserve[extra]`` adds, through its ``lnserve[...]`` references."""
+    out: set[str] = set()
+    for req in EXTRAS[extra]:
+        if _name(req) == "lnserve":
+            for inner in re.findall(r"\[(.*?)\]", req)[0].split(","):
+                out |= _expanded(inner.strip())
+        else:
+            out.add(_name(req))
+    return out
+
+
+def test_the_core_has_no_extra_and_no_tool() -> None:
+    core = {_name(r) for r in PROJECT["dependencies"]}
+    assert core & NOT_CORE == set()
+    every_extra = set().union(*(_expanded(e) for e in EXTRAS))
+    assert core & every_extra == set(), "a package both in the core and in an extra"
+
+
+def test_the_extras() -> None:
+    """torch pinned in its own extra (the faithful cells' release); eval brings torch (SICK-R and --fast fit
+    with it); all is every runtime extra; dev is all plus the tools."""
+    assert EXTRAS["torch"] == ["torch==2.13.0"]
+    assert _expanded("eval") == {"torch", "scikit-learn", "scipy"}
+    assert _expanded("ray") == {"ray"}
+    assert _expanded("all") == _expanded("torch") | _expanded("eval") | _expanded("ray")
+    assert _expanded("dev") > _expanded("all") | {"pytest", "ruff", "mypy"}
+    assert set(EXTRAS) == {"torch", "eval", "ray", "all", "dev"}
+
+
+@pytest.mark.parametrize("extra", ["torch", "eval", "ray"])
+def test_each_extra_names_its_install_in_the_error_messages(extra: str) -> None:
+    """``lnserve.extras`` knows every runtime extra (its messages say ``pip install 'lnserve[X]'``)."""
+    from lnserve.extras import EXTRAS as KNOWN
+
+    assert extra in KNOWN
 
 
 def test_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
@@ -27,6 +83,14 @@ def test_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
         assert f"lnserve/{sub}/__init__.py" in names
     assert "lnserve/eval/senteval.py" in names  # the public SentEval adapter (lnserve.eval.senteval)
     assert "lnserve/app/demo_model/weights.safetensors" in names  # the embedded demo travels with the package
+    metadata = Parser().parsestr(
+        zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    )
+    assert set(metadata.get_all("Provides-Extra") or []) == set(EXTRAS)
+    requires = metadata.get_all("Requires-Dist") or []
+    unconditional = {_name(r) for r in requires if "extra ==" not in r}
+    assert unconditional & NOT_CORE == set()  # the wheel's core: no torch, no tool
+    assert any(r.startswith("torch==2.13.0") and 'extra == "torch"' in r for r in requires)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "lnserve = lnserve.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     # installed (here: unpacked), the package's own subfolders serve; the checkout finder stays out
