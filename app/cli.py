@@ -7,6 +7,7 @@ Commands live in ``lnserve.app.commands``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -17,8 +18,17 @@ from typing import Annotated, NoReturn
 import typer
 
 from lnserve.app.commands import convert, dictionary, encode, eval, gallery, model, pull, serve, train
-from lnserve.errors import LnserveError
+from lnserve.errors import LnserveError, shown
 from lnserve.storage import storage_full
+
+# an OSError naming a file with one of these is the place the user chose (a path under a file, a read-only or
+# pseudo file system, a device), not a fault of lnserve: one line and exit 2, as every bad input
+_PLACE_ERRNOS = frozenset(
+    {
+        errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.EEXIST,
+        errno.ENXIO, errno.ENODEV, errno.ENAMETOOLONG, errno.ELOOP, errno.ETXTBSY, errno.EXDEV,
+    }
+)  # fmt: skip
 
 app = typer.Typer(
     name="lnserve",
@@ -88,6 +98,10 @@ def main() -> None:
             _drop_unwritten_stdout()
             typer.echo(f"lnserve: error [{full.code}]: {full}", err=True)
             sys.exit(full.exit_code)
+        if isinstance(exc, OSError) and exc.errno in _PLACE_ERRNOS and exc.filename:
+            where = shown(str(exc.filename))
+            typer.echo(f"lnserve: error [invalid_input]: {where}: {exc.strerror or exc}", err=True)
+            sys.exit(2)
         typer.echo(f"lnserve: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)  # typer.Exit (--help, --version, Ctrl-C) returns its code
