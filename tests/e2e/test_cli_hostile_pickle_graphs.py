@@ -196,7 +196,7 @@ def _peak():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     with open(os.environ["PEAK_FILE"], "w") as out:
         hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]
-        out.write(f"{hwm} {usage.ru_utime + usage.ru_stime}")
+        out.write(f"{{hwm}} {{usage.ru_utime + usage.ru_stime}}")
 atexit.register(_peak)
 from lnserve.app.cli import main
 main()
