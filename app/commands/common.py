@@ -105,7 +105,8 @@ def check_output(path: Path, flag: str = "--output") -> None:
 def check_output_dir(path: Path, flag: str = "--out") -> None:
     """Refuse an output directory that is a file or lies under one, or where nothing can be created."""
     if path.exists() and not path.is_dir():
-        raise UserInputError(f"{flag} {path}: is not a directory; give a directory")
+        what = "a file" if path.is_file() else "not a directory (a device, FIFO or socket)"
+        raise UserInputError(f"{flag} {path}: is {what}; give a directory")
     _check_parents(path, flag)
 
 
