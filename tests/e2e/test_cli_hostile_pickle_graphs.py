@@ -60,10 +60,10 @@ def _dag(levels: int, make: Callable[[Any], Any]) -> Any:
 def _tuple_dag_key(levels: int) -> bytes:
     """``{t60: 1}`` with t0 = () and tn = (tn-1, tn-1), as raw opcodes: building the dict in this process
     would hash the key, which is the very walk under test (memo ids from 900000 clash with no other)."""
-    ops = [b"})p900000\n"]
+    ops = [b"})p900000\n0"]  # each level is memoised and popped: only the dict stays on the stack
     for i in range(levels):
-        ops.append(b"g%d\ng%d\n\x86p%d\n" % (900000 + i, 900000 + i, 900001 + i))
-    return b"".join(ops) + b"K\x01s"
+        ops.append(b"g%d\ng%d\n\x86p%d\n0" % (900000 + i, 900000 + i, 900001 + i))
+    return b"".join(ops) + b"g%d\nK\x01s" % (900000 + levels)
 
 
 def _shapes() -> dict[str, Shape]:
