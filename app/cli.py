@@ -7,6 +7,7 @@ Commands live in ``lnserve.app.commands``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -18,19 +19,28 @@ import typer
 from typer.core import TyperOption
 
 from lnserve.app.commands import convert, dictionary, encode, eval, gallery, model, pull, serve, train
-from lnserve.errors import LnserveError
+from lnserve.errors import LnserveError, shown
 from lnserve.storage import storage_full
+
+# an OSError naming a file with one of these is the place the user chose (a path under a file, a read-only or
+# pseudo file system, a device), not a fault of lnserve: one line and exit 2, as every bad input
+_PLACE_ERRNOS = frozenset(
+    {
+        errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.EEXIST,
+        errno.ENXIO, errno.ENODEV, errno.ENAMETOOLONG, errno.ELOOP, errno.ETXTBSY, errno.EXDEV,
+    }
+)  # fmt: skip
 
 
 def _flags_show_no_type() -> None:
     """typer 0.29's rich help prints a ``<bool>`` type beside plain flags (``--debug``, ``--help``,
     ``--fast``): a flag takes no value, so its type column stays empty (as click's plain help has it)."""
-    shown = TyperOption.display_type_rich
-    if getattr(shown, "_lnserve_flags", False):
+    original = TyperOption.display_type_rich
+    if getattr(original, "_lnserve_flags", False):
         return
 
     def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
-        return None if self.is_flag else shown(self, ctx)
+        return None if self.is_flag else original(self, ctx)
 
     display_type_rich._lnserve_flags = True  # type: ignore[attr-defined]
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
@@ -106,6 +116,10 @@ def main() -> None:
             _drop_unwritten_stdout()
             typer.echo(f"lnserve: error [{full.code}]: {full}", err=True)
             sys.exit(full.exit_code)
+        if isinstance(exc, OSError) and exc.errno in _PLACE_ERRNOS and exc.filename:
+            where = shown(str(exc.filename))
+            typer.echo(f"lnserve: error [invalid_input]: {where}: {exc.strerror or exc}", err=True)
+            sys.exit(2)
         typer.echo(f"lnserve: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)  # typer.Exit (--help, --version, Ctrl-C) returns its code

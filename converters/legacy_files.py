@@ -25,7 +25,7 @@ from typing import IO, Any, cast
 import numpy as np
 
 from lnserve.converters.errors import CorruptFileError, TableMismatchError
-from lnserve.converters.safe_pickle import py2_strings, safe_load
+from lnserve.converters.safe_pickle import brief, py2_strings, safe_load
 from lnserve.errors import shown
 
 log = logging.getLogger("lnserve.converters")
@@ -167,10 +167,33 @@ def int_option(options: Mapping[str, Any], key: str, source: Path) -> int:
     except TypeError:
         number = 0
     if number < 1 or isinstance(value, bool):
-        raise CorruptFileError(
-            f"{source}: option {key} must be a positive integer, found {shown(repr(value))[:80]}"
-        )
+        raise CorruptFileError(f"{source}: option {key} must be a positive integer, found {brief(value)}")
     return number
+
+
+def text_option(options: Mapping[str, Any], key: str, source: Path, *, default: str | None = None) -> str:
+    """A short text option (a cell or method name). Never ``str()`` of what the pickle holds: a shared
+    graph of containers has no end when printed."""
+    value = options.get(key, default)
+    if type(value) is not str or len(value) > 64:
+        raise CorruptFileError(f"{source}: option {key} must be a short text, found {brief(value)}")
+    return value
+
+
+def number_option(options: Mapping[str, Any], key: str, source: Path, *, default: float) -> float:
+    """A finite real option (a margin)."""
+    value = options.get(key, default)
+    if type(value) not in (int, float, bool) or not math.isfinite(value):
+        raise CorruptFileError(f"{source}: option {key} must be a finite number, found {brief(value)}")
+    return float(value)
+
+
+def flag_option(options: Mapping[str, Any], key: str, source: Path, *, default: bool) -> bool:
+    """A yes / no option (Python 2 pickles write True / False, sometimes 0 / 1)."""
+    value = options.get(key, default)
+    if type(value) not in (bool, int) or value not in (0, 1):
+        raise CorruptFileError(f"{source}: option {key} must be True or False, found {brief(value)}")
+    return bool(value)
 
 
 def read_legacy_pickle(path: Path) -> Any:

@@ -13,7 +13,14 @@ from lnserve.converters import CONVERTER_VERSION
 from lnserve.converters.artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
 from lnserve.converters.detect import detect_cell
 from lnserve.converters.errors import CorruptFileError
-from lnserve.converters.legacy_files import int_option, open_npz, read_legacy_pickle
+from lnserve.converters.legacy_files import (
+    flag_option,
+    int_option,
+    number_option,
+    open_npz,
+    read_legacy_pickle,
+    text_option,
+)
 from lnserve.converters.param_map import (
     cell_state_dict,
     check_params,
@@ -63,8 +70,13 @@ def read_order_embedding(prefix: Path, *, cell: str | None = None) -> ConvertedO
     n_words, dim_word, dim, dim_image = (
         int_option(options, k, pkl_path) for k in ("n_words", "dim_word", "dim", "dim_image")
     )
+    encoder = text_option(options, "encoder", pkl_path)
+    # what the manifest records, checked here: str() / float() of a hostile value never ends or crashes
+    text_option(options, "method", pkl_path, default="order")
+    number_option(options, "margin", pkl_path, default=0.0)
+    flag_option(options, "abs", pkl_path, default=False)
     with open_npz(npz_path) as npz:  # only the members the cell needs are read, after their headers check
-        chosen, note = detect_cell(str(options["encoder"]), npz.keys, prefix="encoder", override=cell)
+        chosen, note = detect_cell(encoder, npz.keys, prefix="encoder", override=cell)
         expected = {
             "Wemb": (n_words, dim_word),
             "ff_image_W": (dim_image, dim),

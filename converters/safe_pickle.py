@@ -13,6 +13,11 @@ object field over raw bytes, and NumPy then dereferences pointers taken from the
   tables), and then hold only finished plain arrays.
 * BUILD of anything else is refused; dict keys and the result are bounded in nesting depth and may not
   refer to themselves, so nothing later recurses without bound (a deep tuple key crashes CPython's hash).
+* The object graph is bounded (issue 30): objects built, containers built, references to an already built
+  container (memo gets, DUP), and the size of the result *as a tree*. The memo lets a 1 KB file describe
+  a chain of 60 dicts each holding the previous one twice, 2**60 paths: anything that walks it (``repr``,
+  ``str``, ``==``, a hash, JSON) never ends. A tuple dict key is bounded far tighter (hashing it walks
+  every path). Values from a pickle are only ever described through ``brief`` (``reprlib``, bounded).
 
 This is the pure-Python unpickler: its dispatch table is the only place BUILD and SETITEM can be checked.
 Python 2 ``str`` values come back through ``encoding='latin1'``; ``py2_text`` recovers the UTF-8 text.
@@ -22,9 +27,12 @@ from __future__ import annotations
 
 import collections
 import functools
+import gc
 import io
+import itertools
 import math
 import pickle
+import reprlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, ClassVar, cast
 
@@ -40,13 +48,34 @@ _ALLOWED = frozenset(
 )
 
 MAX_DEPTH = 64  # legacy pickles nest 3 deep; CPython's C recursion (hash, repr, free) is safe far beyond this
+# A vocab.py worddict pickles one [word, index] list per word (3 objects): these admit 2 million words per
+# pickle (BookCorpus has about 1.3 million distinct tokens) and refuse a flood before it costs a gigabyte.
+MAX_CONTAINERS = 1 << 21  # lists, tuples, dicts, arrays and dtypes built
+MAX_OBJECTS = 1 << 24  # every value pushed (strings, numbers, containers)
+MAX_SHARED = 1 << 16  # references to a container built earlier (memo gets, DUP); legacy files have none
+MAX_TREE = MAX_OBJECTS  # the result's size walked as a tree (shared parts counted at every reference)
+MAX_KEY_TREE = 1 << 10  # the same for one tuple dict key (legacy keys are strings)
 _MAX_STRUCT_NESTING = 8  # structured dtypes inside structured dtypes
 _MAX_NDIM = 32
 _ALIGNED_STRUCT = 0x80  # NPY_ALIGNED_STRUCT in a dtype's flags
 _PLAIN_KINDS = "biufcSUV"  # bool, integers, floats, complex, bytes, str, void: no pointers inside
 _SCALARS = (str, bytes, int, float, bool, type(None))
 _CONTAINERS = (list, tuple, dict, collections.OrderedDict)
+_GRAPH_NODES = frozenset(_CONTAINERS)  # what a shared reference can multiply (arrays are leaves)
 _DTYPE, _ARRAY = "dtype", "array"
+_BUILDS_CONTAINER = frozenset(
+    op[0]
+    for op in (pickle.EMPTY_LIST, pickle.LIST, pickle.EMPTY_DICT, pickle.DICT, pickle.EMPTY_TUPLE,
+               pickle.TUPLE, pickle.TUPLE1, pickle.TUPLE2, pickle.TUPLE3, pickle.REDUCE, pickle.NEWOBJ,
+               pickle.NEWOBJ_EX, pickle.OBJ, pickle.INST)
+)  # fmt: skip
+_REFERS = frozenset(op[0] for op in (pickle.GET, pickle.BINGET, pickle.LONG_BINGET, pickle.DUP))
+_PUSHES_NOTHING_NEW = _REFERS | frozenset(
+    op[0]
+    for op in (pickle.MARK, pickle.STOP, pickle.POP, pickle.POP_MARK, pickle.PUT, pickle.BINPUT,
+               pickle.LONG_BINPUT, pickle.MEMOIZE, pickle.APPEND, pickle.APPENDS, pickle.SETITEM,
+               pickle.SETITEMS, pickle.BUILD, pickle.PROTO, pickle.FRAME, pickle.ADDITEMS)
+)  # fmt: skip
 
 
 class _Refused(Exception):
@@ -83,8 +112,46 @@ def _clip(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class _BoundedRepr(reprlib.Repr):
+    """``reprlib``'s bounded ``repr`` (a few levels, a few items each), also for OrderedDicts, without
+    sorting keys, and for integers of any size (``repr`` of a 100,000-digit int raises)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple = 3, 4, 6, 6
+        self.maxstring, self.maxother, self.maxlong = 60, 60, 40
+
+    def repr_dict(self, x: Any, level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        items = [
+            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+            for k, v in itertools.islice(x.items(), self.maxdict)
+        ]
+        return "{" + ", ".join(items) + (", ...}" if len(x) > self.maxdict else "}")
+
+    def repr_OrderedDict(self, x: Any, level: int) -> str:
+        return f"OrderedDict({self.repr_dict(x, level)})"
+
+    def repr_int(self, x: Any, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_BRIEF = _BoundedRepr()
+
+
+def brief(value: Any, limit: int = 80) -> str:
+    """A short, bounded, terminal-safe ``repr`` of a value from an untrusted file: it never walks more than
+    a few items of a few levels, whatever the object graph (plain ``repr`` of a shared DAG never ends)."""
+    return _clip(_BRIEF.repr(value), limit)
+
+
 def _short(value: Any, limit: int = 120) -> str:
-    return _clip(repr(value), limit)
+    return brief(value, limit)
 
 
 class RestrictedUnpickler(pickle._Unpickler):
@@ -123,7 +190,7 @@ class RestrictedUnpickler(pickle._Unpickler):
             self._globals[name] = functools.partial(self._reconstruct, make)
         self._pending: dict[int, tuple[str, Any]] = {}  # objects awaiting their one BUILD (kept alive)
         self._dtypes: dict[int, tuple[np.dtype, int]] = {}  # built dtypes -> structured nesting depth
-        self._key_heights: dict[int, tuple[Any, int]] = {}  # tuple dict keys already checked
+        self._key_heights: dict[int, tuple[Any, int, int]] = {}  # tuple dict keys already checked
 
     def load(self) -> Any:
         """pickle's own loop, reading the stream directly (frames only batch reads; see ``load_frame``)."""
@@ -134,12 +201,31 @@ class RestrictedUnpickler(pickle._Unpickler):
         self.proto = 0
         self.append = self.stack.append
         read, dispatch = self.read, self.dispatch
+        objects = containers = shared = 0
         try:
             while True:
                 key = read(1)
                 if not key:
                     raise EOFError
-                dispatch[key[0]](self)
+                code = key[0]
+                dispatch[code](self)
+                if code in _PUSHES_NOTHING_NEW:
+                    if code in _REFERS and type(self.stack[-1]) in _GRAPH_NODES:
+                        shared += 1
+                        if shared > MAX_SHARED:
+                            raise _corrupt(
+                                f"more than {MAX_SHARED:,} references to shared containers (legacy pickles "
+                                "share none; a shared chain can stand for an object graph too large to walk)"
+                            )
+                    continue
+                objects += 1
+                if code in _BUILDS_CONTAINER:
+                    containers += 1
+                if objects > MAX_OBJECTS or containers > MAX_CONTAINERS:
+                    raise _corrupt(
+                        f"builds more than {MAX_OBJECTS:,} objects or {MAX_CONTAINERS:,} containers "
+                        "(more than any legacy checkpoint holds)"
+                    )
         except pickle._Stop as stop:  # type: ignore[attr-defined]
             return stop.value
 
@@ -316,7 +402,7 @@ class RestrictedUnpickler(pickle._Unpickler):
             return
         if type(key) is not tuple:
             raise _corrupt(f"unexpected dict key of type {shown(type(key).__name__)}")
-        _height(key, _tuple_items, self._key_heights, what="a dict key")
+        _height(key, _tuple_items, self._key_heights, what="a dict key", max_tree=MAX_KEY_TREE)
 
     def _set_items(self, target: Any, items: list[Any]) -> None:
         if type(target) not in (dict, collections.OrderedDict) or len(items) % 2:
@@ -372,7 +458,7 @@ class RestrictedUnpickler(pickle._Unpickler):
                 return iter(node)
             raise _corrupt(f"unexpected value of type {shown(kind.__name__)}")
 
-        _height(obj, children, {}, what="the pickle")
+        _height(obj, children, {}, what="the pickle", max_tree=MAX_TREE)
 
 
 def _tuple_items(node: Any) -> Iterator[Any] | None:
@@ -384,27 +470,45 @@ def _tuple_items(node: Any) -> Iterator[Any] | None:
 
 
 def _height(
-    root: Any, children: Callable[[Any], Iterator[Any] | None], done: dict[int, tuple[Any, int]], *, what: str
+    root: Any,
+    children: Callable[[Any], Iterator[Any] | None],
+    done: dict[int, tuple[Any, int, int]],
+    *,
+    what: str,
+    max_tree: int,
 ) -> int:
-    """Nesting height of ``root`` without recursion, refusing paths over ``MAX_DEPTH`` and cycles.
+    """Nesting height of ``root`` without recursion, refusing paths over ``MAX_DEPTH``, cycles, and a size
+    as a tree (every node counted at each path that reaches it) over ``max_tree``.
 
-    ``done`` memoises finished containers (kept alive, so their ids stay theirs), which keeps shared
-    sub-structures linear instead of exponential.
+    ``done`` memoises finished containers as (node, height, tree size), kept alive so that their ids stay
+    theirs: the check itself stays linear in the distinct objects, however many paths share them.
     """
     top = children(root)
     if top is None:
         return 0
     path: list[tuple[Any, Iterator[Any]]] = [(root, top)]
-    on_path, best = {id(root)}, [0]
+    on_path = {id(root)}
+    best, sizes = [0], [1]  # per open node: the tallest child's height, the tree size so far
+
+    def grow(size: int) -> None:
+        sizes[-1] += size
+        if sizes[-1] > max_tree:
+            raise _corrupt(
+                f"{what} is an object graph of more than {max_tree:,} nodes when walked "
+                "(shared references multiply it); refusing it"
+            )
+
     while path:
         node, items = path[-1]
         for child in items:
             seen = done.get(id(child))
             if seen is not None and seen[0] is child:
                 best[-1] = max(best[-1], seen[1])
+                grow(seen[2])
                 continue
             sub = children(child)
             if sub is None:
+                grow(1)
                 continue
             if id(child) in on_path:
                 raise _corrupt(f"{what} refers to itself")
@@ -413,14 +517,16 @@ def _height(
             path.append((child, sub))
             on_path.add(id(child))
             best.append(0)
+            sizes.append(1)
             break
         else:
             path.pop()
             on_path.discard(id(node))
-            height = best.pop() + 1
-            done[id(node)] = (node, height)
+            height, size = best.pop() + 1, sizes.pop()
+            done[id(node)] = (node, height, size)
             if best:
                 best[-1] = max(best[-1], height)
+                grow(size)
             else:
                 return height
     raise AssertionError("unreachable")
@@ -441,6 +547,8 @@ def safe_load(
     itself and OSErrors (the disk, not the file's content) pass through. ``leaves`` are extra types the
     result may hold (the streaming table's placeholders).
     """
+    collecting = gc.isenabled()
+    gc.disable()  # nothing built here can be garbage until the end; the collector's passes cost 40%
     try:
         unpickler = RestrictedUnpickler(
             stream, overrides=overrides, object_arrays=object_arrays, encoding="latin1"
@@ -462,6 +570,9 @@ def safe_load(
         raise CorruptFileError(
             f"{source}: not a readable legacy pickle ({type(exc).__name__}: {_clip(str(exc), 200)})"
         ) from None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def safe_loads(data: bytes, *, source: str, object_arrays: bool = False) -> Any:

@@ -32,6 +32,7 @@ from lnserve.converters.legacy_files import (
     read_dictionary,
     read_legacy_pickle,
     require_file,
+    text_option,
 )
 from lnserve.converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
 from lnserve.errors import UserInputError, shown
@@ -76,9 +77,10 @@ def read_skip_half(
     if not isinstance(options, dict) or not all(k in options for k in ("dim", "dim_word", "encoder")):
         raise CorruptFileError(f"{pkl_path}: expected an options dict with dim, dim_word and encoder")
     dim, dim_word = int_option(options, "dim", pkl_path), int_option(options, "dim_word", pkl_path)
+    encoder = text_option(options, "encoder", pkl_path)
     prefixes = list(SKIP_PART_MODULES[kind])
     with open_npz(npz_path) as npz:  # only the encoder members are read (not Wemb or the decoders)
-        chosen, note = detect_cell(str(options["encoder"]), npz.keys, prefix="encoder", override=cell)
+        chosen, note = detect_cell(encoder, npz.keys, prefix="encoder", override=cell)
         expected: dict[str, tuple[int, ...]] = {}
         for prefix in prefixes:
             expected.update(expected_cell_shapes(prefix, chosen, dim_word, dim))

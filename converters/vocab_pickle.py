@@ -15,8 +15,7 @@ from typing import IO
 
 from lnserve.converters.errors import CorruptFileError
 from lnserve.converters.legacy_files import require_file
-from lnserve.converters.safe_pickle import py2_strings, safe_load
-from lnserve.errors import shown
+from lnserve.converters.safe_pickle import brief, py2_strings, safe_load
 
 SPECIAL_WORDS = ("<eos>", "UNK")  # rows 0 and 1 of Wemb; never worddict keys in a vocab.py dictionary
 
@@ -54,13 +53,18 @@ def read_word_dictionary(path: Path) -> WordDictionary:
         raise CorruptFileError(f"{path}: two worddict keys are the same word once decoded as UTF-8")
     if not isinstance(wordcount, dict):
         raise CorruptFileError(f"{path}: the second pickle is a {type(wordcount).__name__}, not wordcount")
+    for word, count in wordcount.items():
+        if not isinstance(word, str) or type(count) is not int or count < 0:
+            raise CorruptFileError(
+                f"{path}: wordcount[{brief(word)}] is {brief(count, 40)}; wordcount maps words to counts"
+            )
     words: list[str] = []
     for expected, (word, index) in enumerate(worddict.items(), start=2):
         if not isinstance(word, str):
             raise CorruptFileError(f"{path}: worddict key {expected - 2} is a {type(word).__name__}")
         if type(index) is not int or index != expected:
             raise CorruptFileError(
-                f"{path}: worddict[{shown(word)!r}] is {shown(repr(index))[:40]}; a vocab.py dictionary "
+                f"{path}: worddict[{brief(word)}] is {brief(index, 40)}; a vocab.py dictionary "
                 f"numbers its words 2, 3, ... in order (expected {expected})"
             )
         words.append(word)

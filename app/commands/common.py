@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,25 +129,40 @@ def _looks_like(head: bytes) -> str:
 
 
 def check_output(path: Path, flag: str = "--output") -> None:
-    """Refuse an output path that can never be written as a file, before any work is done."""
+    """Refuse an output path that can never be written as a file, before any work is done: a directory, a
+    device, FIFO or socket (the rename that writes the file would replace it: ``/dev/null`` as root), or a
+    place under a file or where nothing can be created (``/proc``, a read-only file system)."""
     if path.is_dir():
         raise UserInputError(f"{flag} {path}: is a directory; give the path of the file to write")
+    if path.exists() and not path.is_file():
+        raise UserInputError(f"{flag} {path}: is not a regular file (a device, FIFO or socket); give a file")
     _check_parents(path, flag)
 
 
 def check_output_dir(path: Path, flag: str = "--out") -> None:
-    """Refuse an output directory that is a file or lies under one, before any work is done."""
+    """Refuse an output directory that is a file or lies under one, or where nothing can be created."""
     if path.exists() and not path.is_dir():
-        raise UserInputError(f"{flag} {path}: is a file; give a directory")
+        what = "a file" if path.is_file() else "not a directory (a device, FIFO or socket)"
+        raise UserInputError(f"{flag} {path}: is {what}; give a directory")
     _check_parents(path, flag)
 
 
 def _check_parents(path: Path, flag: str) -> None:
+    """The nearest existing ancestor must be a directory in which a file can be created (tried, then
+    removed): only that tells ``/proc`` or a read-only mount from a writable directory, even for root."""
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
         raise UserInputError(f"{flag} {path}: {parent} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".lnserve-probe-", dir=parent)
+    except OSError as exc:
+        raise UserInputError(
+            f"{flag} {path}: nothing can be created in {parent} ({exc.strerror or exc})"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def save_npy(path: Path, arr: np.ndarray, flag: str = "--output") -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import collections
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -27,23 +25,17 @@ def recover(
 ) -> None:
     """Recover uni-skip's word dictionary (words -> indices 2..n_words-1) exactly, from its Wemb rows in
     utable.npy; write it as training/vocab.py does (two protocol-0 pickles, readable by Python 2)."""
+    from lnserve.app.commands.common import check_output, write_atomic
     from lnserve.converters.dictionary_recovery import recover_uni_skip_dictionary
     from lnserve.converters.vocab_pickle import write_word_dictionary
 
-    if out.is_dir() or (out.exists() and not force):
+    check_output(out, "--out")  # a directory, a device, under a file, in /proc: refused before any work
+    if out.exists() and not force:
         raise UserInputError(f"--out {out}: already exists (use --force to replace a file)")
     recovered = recover_uni_skip_dictionary(uni_skip)
     worddict = collections.OrderedDict((w, i) for i, w in enumerate(recovered.words, start=2))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:  # word counts are not in the published files: wordcount is empty
-            write_word_dictionary(f, worddict, collections.OrderedDict())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    # word counts are not in the published files: wordcount is empty
+    write_atomic(out, lambda f: write_word_dictionary(f, worddict, collections.OrderedDict()), "--out")
     typer.echo(
         f"recovered {len(worddict):,} words (indices 2..{len(worddict) + 1}) from {recovered.table_rows:,} "
         f"table rows -> {out}"

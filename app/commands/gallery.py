@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import numpy as np
 import typer
 
-from lnserve.app.commands.common import BackendOpt, load_matrix, progress_bar, read_lines
+from lnserve.app.commands.common import (
+    BackendOpt,
+    check_output_dir,
+    load_matrix,
+    progress_bar,
+    read_lines,
+)
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
 from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.converters import bounded_json
@@ -81,6 +87,8 @@ def build(
 
     if (captions is None) == (images is None):
         raise UserInputError("give exactly one of --captions and --images")
+    if galleries_dir is not None:  # the place it writes: refused before any work (as every output flag)
+        check_output_dir(galleries_dir, "--galleries-dir")
     texts = read_lines(captions) if captions is not None else None
     feats = load_matrix(images, "image features", mmap=True) if images is not None else None
     n = len(texts) if texts is not None else len(feats)  # type: ignore[arg-type]

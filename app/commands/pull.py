@@ -44,6 +44,24 @@ def pull(
         float,
         typer.Option("--backoff", min=0.0, help="Seconds before the 2nd try; doubles each time, jittered."),
     ] = 1.0,
+    stall_timeout: Annotated[
+        float,
+        typer.Option(
+            "--stall-timeout",
+            min=0.1,
+            envvar="LNSERVE_PULL_STALL_TIMEOUT",
+            help="Seconds a try may go without receiving 1 KiB before it counts as stalled (and is retried).",
+        ),
+    ] = 30.0,
+    deadline: Annotated[
+        float,
+        typer.Option(
+            "--deadline",
+            min=1.0,
+            envvar="LNSERVE_PULL_DEADLINE",
+            help="Seconds the whole download (every file, every try) may take.",
+        ),
+    ] = 6 * 3600.0,
     keep_downloads: Annotated[
         bool,
         typer.Option("--keep-downloads", help="Keep the raw files in DIR/.downloads/NAME after converting."),
@@ -70,7 +88,7 @@ def pull(
     if name is None:
         raise UserInputError("give a NAME to pull (see `lnserve pull --list`)")
     check_output_dir(root, "--dir")
-    from lnserve.app.pull.download import RetryPolicy
+    from lnserve.app.pull.download import Limits, RetryPolicy
     from lnserve.app.pull.install import PullOptions
     from lnserve.app.pull.install import pull as run_pull
 
@@ -79,6 +97,7 @@ def pull(
         base_url=base_url,
         sha256=_parse_sha256(sha256 or []),
         retry=RetryPolicy(attempts=retries, backoff=backoff),
+        limits=Limits(stall=stall_timeout, deadline_s=deadline),
         cell=cell,
         export=export,
         keep_downloads=keep_downloads,

@@ -5,6 +5,8 @@ PullError                      (download_failed)    a download could not be comp
 ├── OfflineError               (offline)            no connection to the host could be opened at all
 ├── RemoteNotFoundError        (not_found)          the host answered 404 / 410 for a file
 ├── TruncatedDownloadError     (truncated)          the body ended before the announced length, every try
+├── StalledDownloadError       (stalled)            under 1 KiB arrived in --stall-timeout, every try
+├── DeadlineExceededError      (deadline_exceeded)  the whole download took longer than --deadline
 ├── ChecksumMismatchError      (checksum_mismatch)  the file's sha256 (or size) differs from the catalog's
 ├── UnsafeArchiveError         (unsafe_archive)     an archive member is missing or not a plain file
 ├── MissingFilesError          (missing_files)      ``--from DIR`` lacks files of the set
@@ -39,6 +41,19 @@ class TruncatedDownloadError(PullError):
     """The body kept ending before its announced length; the ``.part`` file is kept for a later resume."""
 
     code = "truncated"
+
+
+class StalledDownloadError(PullError):
+    """The server kept sending almost nothing (a connection held open by a trickle of bytes); what it sent
+    is not kept."""
+
+    code = "stalled"
+
+
+class DeadlineExceededError(PullError):
+    """The whole pull ran past its overall deadline; the file being downloaded is not kept."""
+
+    code = "deadline_exceeded"
 
 
 class ChecksumMismatchError(PullError):

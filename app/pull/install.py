@@ -22,7 +22,7 @@ import httpx
 
 from lnserve.app.pull.archive import extract_members
 from lnserve.app.pull.catalog import CatalogEntry, RemoteFile, source_url
-from lnserve.app.pull.download import Downloaded, Progress, RetryPolicy, download
+from lnserve.app.pull.download import Downloaded, Limits, Progress, RetryPolicy, download
 from lnserve.app.pull.errors import (
     ChecksumMismatchError,
     MissingFilesError,
@@ -47,7 +47,7 @@ class PullOptions:
     base_url: str | None = None
     sha256: Mapping[str, str] = field(default_factory=dict)  # file name -> hex, wins over the catalog
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    timeout: float = 60.0
+    limits: Limits = field(default_factory=Limits)  # the stall timeout and the whole pull's deadline
     cell: str | None = None
     export: bool = True
     keep_downloads: bool = False
@@ -143,7 +143,8 @@ def _download_all(
 ) -> dict[str, dict[str, Any]]:
     cache.mkdir(parents=True, exist_ok=True)
     records: dict[str, dict[str, Any]] = {}
-    with httpx.Client(follow_redirects=True, timeout=httpx.Timeout(options.timeout, connect=15.0)) as client:
+    limits = options.limits.begin()  # one deadline for every file
+    with httpx.Client(follow_redirects=True) as client:  # each try sets its timeouts from ``limits``
         for file in entry.files:
             url = source_url(file, options.base_url)
             got = download(
@@ -153,6 +154,7 @@ def _download_all(
                 sha256=_expected_sha(file, file.filename, options),
                 size=file.size,
                 retry=options.retry,
+                limits=limits,
                 progress=progress(file.filename) if progress else None,
             )
             records[file.filename] = _record(got)
