@@ -123,6 +123,7 @@ def _raw_bodies(raw: bytes) -> dict[tuple[str, str], list[bytes]]:
             b'{"model": "%s", "sentences": [%s], "pretokenized": true}' % (ST.encode(), t),
             b'{"model": "%s", "sentences": [%s]}' % (OE.encode(), t),
             b'{"model": "%s", "sentences": [%s], "pretokenized": true}' % (OE.encode(), t),
+            b'{"inputs": [%s]}' % t,  # TEI's body
         ],
         ("post", "/score"): [b'{"model": "%s", "captions": [%s], "images": [%s]}' % (OE.encode(), t, image)],
         ("post", "/galleries"): [
@@ -141,6 +142,8 @@ def _raw_bodies(raw: bytes) -> dict[tuple[str, str], list[bytes]]:
             b'{"gallery": %s, "query": {"text": "a"}}' % t,
         ],
         ("post", "/embed"): [b'{"inputs": %s}' % t, b'{"inputs": ["a", %s]}' % t],
+        ("post", "/embed_all"): [b'{"inputs": %s}' % t, b'{"inputs": ["a", %s]}' % t],
+        ("post", "/decode"): [b'{"ids": [%s]}' % t],  # ids only: the text is in the wrong place, still 422
         ("post", "/similarity"): [b'{"inputs": {"source_sentence": %s, "sentences": ["a"]}}' % t],
         ("post", "/"): [
             b'{"inputs": %s}' % t,
