@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from safetensors.numpy import load_file, save_file
 
 from lnserve.converters.bounded_json import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, read_json_file
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
+from lnserve.converters.safe_pickle import brief
 from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 from lnserve.hashing import sha256_file, sha256_unchanged_file
 from lnserve.storage import out_of_space_reported
@@ -265,7 +266,7 @@ def read_artifact(path: Path) -> Artifact:
             f"({FORMAT_VERSION}); upgrade lnserve"
         )
     if manifest.get("family") not in FAMILIES:
-        raise ManifestMismatchError(f"{mpath}: unknown family {manifest.get('family')!r}")
+        raise ManifestMismatchError(f"{mpath}: unknown family {brief(manifest.get('family'), 60)}")
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise ManifestMismatchError(f"{mpath}: missing the files table")
@@ -334,23 +335,43 @@ def _check_cell_options(mpath: Path, manifest: Mapping[str, Any]) -> None:
     p = opts.get("partial_rms", 1.0) if isinstance(opts, dict) else None
     if not isinstance(p, int | float) or not 0.0 < p <= 1.0:
         raise ManifestMismatchError(
-            f"{mpath}: cell_options.partial_rms must be a number in (0, 1], got {p!r}"
+            f"{mpath}: cell_options.partial_rms must be a number in (0, 1], got {brief(p, 40)}"
         )
     if p != 1.0 and manifest.get("cell") not in ("rlngru", "rlnlstm"):
         raise ManifestMismatchError(
-            f"{mpath}: partial_rms {p} needs an RMS cell, not {manifest.get('cell')!r}"
+            f"{mpath}: partial_rms {p} needs an RMS cell, not {brief(manifest.get('cell'), 40)}"
         )
 
 
-def _check_files(path: Path, files: Mapping[str, Mapping[str, Any]]) -> None:
+def _check_files(path: Path, files: Mapping[Any, Any]) -> None:
+    """Every listed file is inside the artifact, a regular file, of the listed size and (up to a size)
+    hash. A manifest is someone else's file: a name like ``../x`` or ``/etc/passwd`` would have had another
+    file statted and hashed, and its size echoed to whoever asked for a reload."""
     for name, meta in files.items():
+        where = f"{path / MANIFEST}: files entry {brief(name, 60)}"
+        if not _inside(name):
+            raise ManifestMismatchError(f"{where} is not a file name inside the artifact")
+        if (
+            not isinstance(meta, dict)
+            or type(meta.get("bytes")) is not int
+            or not isinstance(meta.get("sha256"), str)
+        ):
+            raise ManifestMismatchError(f'{where}: expected {{"bytes": <int>, "sha256": <hex>}}')
         fpath = path / name
-        if not fpath.is_file():
+        if not fpath.is_file():  # a FIFO or a device is not one either
             raise ManifestMismatchError(f"{path}: file {name} listed in the manifest is missing")
         size = fpath.stat().st_size
-        if size != meta.get("bytes"):
-            raise ManifestMismatchError(f"{fpath}: {size} bytes, manifest says {meta.get('bytes')}")
-        if size <= _HASH_ON_LOAD_LIMIT and sha256_unchanged_file(fpath) != meta.get("sha256"):
+        if size != meta["bytes"]:
+            raise ManifestMismatchError(f"{fpath}: {size} bytes, manifest says {meta['bytes']}")
+        if size <= _HASH_ON_LOAD_LIMIT and sha256_unchanged_file(fpath) != meta["sha256"]:
             raise ManifestMismatchError(
                 f"{fpath}: sha256 differs from the manifest (file modified or corrupt)"
             )
+
+
+def _inside(name: Any) -> bool:
+    """A relative POSIX path of plain parts (``weights.safetensors``, ``onnx/model.onnx``)."""
+    if not isinstance(name, str) or not name or "\\" in name or "\x00" in name:
+        return False
+    parts = PurePosixPath(name).parts
+    return bool(parts) and not PurePosixPath(name).is_absolute() and ".." not in parts

@@ -28,11 +28,13 @@ from lnserve.converters.param_map import (
     extra_keys,
     legacy_cell_params,
 )
+from lnserve.converters.safe_pickle import brief
 from lnserve.errors import shown
 from lnserve.hashing import sha256_file
 
 log = logging.getLogger("lnserve.converters")
 
+MAX_ID = 2**31  # ids index Wemb's rows (int32 in the graphs)
 _REQUIRED_OPTIONS = ("encoder", "dim", "dim_word", "dim_image", "n_words")
 
 
@@ -57,9 +59,16 @@ def _options(pkl: Any, source: Path) -> tuple[dict[str, Any], dict[str, int]]:
     missing = [k for k in _REQUIRED_OPTIONS if k not in options]
     if missing:
         raise CorruptFileError(f"{source}: options lack {', '.join(missing)}")
-    bad = [k for k, v in worddict.items() if not isinstance(k, str) or not isinstance(v, int)]
+    # an id is a row of Wemb (or past n_words: UNK): a 20,000-digit integer or a bool is not one
+    bad = [
+        (k, v) for k, v in worddict.items() if type(k) is not str or type(v) is not int or not 0 <= v < MAX_ID
+    ]
     if bad:
-        raise CorruptFileError(f"{source}: worddict entries must map words to int ids ({len(bad)} do not)")
+        word, index = bad[0]
+        raise CorruptFileError(
+            f"{source}: worddict entries must map words to int ids in [0, 2**31) ({len(bad)} do not; "
+            f"the first: {brief(word, 40)} -> {brief(index, 40)})"
+        )
     return dict(options), dict(worddict)
 
 

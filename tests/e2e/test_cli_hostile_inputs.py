@@ -7,6 +7,7 @@ write nothing, and never echo a control character.
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,14 @@ def _refused(proc: subprocess.CompletedProcess[str], code: str) -> str:
     line = assert_refused(proc, code)
     assert "\x1b" not in proc.stderr
     return line
+
+
+def _protocol_2_oe_pickle(worddict: dict[str, object]) -> bytes:
+    with (forged.OE_DIR / "oe_order_gru.pkl").open("rb") as f:
+        legit = pickle.load(f, encoding="latin1")  # trusted fixture
+    return pickle.dumps(
+        {"options": legit["options"], "worddict": {**legit["worddict"], **worddict}}, protocol=2
+    )
 
 
 def _convert_oe(prefix: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -74,6 +83,16 @@ def _convert_oe(prefix: Path, out: Path, *extra: str) -> subprocess.CompletedPro
             "corrupt_file",
             "option dim must be a positive integer",
         ),
+        (  # json.dumps of the vocabulary then failed: internal error, exit 1
+            lambda: _protocol_2_oe_pickle({"zz": 2**20000}),  # protocol 0 cannot write it
+            "corrupt_file",
+            "(1 do not; the first: 'zz' -> <an integer of 20001 bits>)",
+        ),
+        (
+            lambda: forged.oe_pickle(worddict={"zz": -1, "yy": True}),
+            "corrupt_file",
+            "worddict entries must map words to int ids in [0, 2**31) (2 do not",
+        ),
         (lambda: forged.deep_list_pickle(200_000), "corrupt_file", "the pickle nests deeper than 64 levels"),
         (
             lambda: forged.deep_tuple_key_pickle(200_000),
@@ -88,6 +107,8 @@ def _convert_oe(prefix: Path, out: Path, *extra: str) -> subprocess.CompletedPro
         "huge-reconstruct",
         "huge-shape",
         "text-dim",
+        "worddict-huge-id",
+        "worddict-negative-or-bool-id",
         "deep-list",
         "deep-tuple-key",
     ],

@@ -10,6 +10,7 @@ and the old version serves on; a gallery is quarantined (``corrupt``), never a 5
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -61,11 +62,33 @@ def _oversized(path: Path) -> None:
     path.write_text(" " * (5 << 20) + path.read_text(encoding="utf-8"), encoding="utf-8")
 
 
+def _edit_files(path: Path, edit: Callable[[dict[str, object]], None]) -> None:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    edit(doc["files"])
+    path.write_text(json.dumps(doc), encoding="utf-8")
+
+
+def _entry_not_an_object(path: Path) -> None:
+    _edit_files(path, lambda files: files.update({"weights.safetensors": []}))  # AttributeError on main
+
+
+def _outside(path: Path, name: str) -> None:
+    """An entry naming a file outside the artifact, listed with its true size and hash: on main it was
+    statted and hashed, and a wrong size was echoed (whether a file exists, and how large, to a reloader)."""
+    outside = path.parent.parent / "outside.bin"
+    outside.write_bytes(b"secret" * 100)
+    entry = {"bytes": outside.stat().st_size, "sha256": hashlib.sha256(outside.read_bytes()).hexdigest()}
+    _edit_files(path, lambda files: files.update({name.replace("OUT", str(outside)): entry}))
+
+
 MANIFEST_FORMS: dict[str, Callable[[Path], None]] = {
     "200k nested [": _deep,
     "40 levels in a valid object": _nested_40,
     "a FIFO": _fifo,
     "over the size bound": _oversized,
+    "a files entry that is not an object": _entry_not_an_object,
+    "a file name with ..": lambda path: _outside(path, "../outside.bin"),
+    "an absolute file name": lambda path: _outside(path, "OUT"),
 }
 VOCAB_FORMS: dict[str, Callable[[Path], None]] = {
     "200k nested [": _deep,
