@@ -10,6 +10,8 @@ the size: one connection sending an 85 MB header held the event loop for seconds
   ``header_too_large``: exactly when they are complete, and while they are still arriving once the bytes
   received for the head pass both limits together (the part of the head that came in the packet that
   began it is not counted there: the bound is then at most one read larger);
+* a chunked body's trailers (header lines after the last chunk, grown the same way) like headers: 431
+  once the bytes after the head that are not body pass the header limit;
 * anything the parser cannot read with 400 ``bad_request``;
 
 each with our JSON error, the connection closed (``lnserve.app.http.protocol_errors``). Under h11 the
@@ -68,7 +70,7 @@ class HttpToolsHeadLimits(Refusals, LossSignallingProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._init_refusals()
         self._in_head = self._fresh = False
-        self._head_bytes = self._url_bytes = self._header_bytes = 0
+        self._head_bytes = self._url_bytes = self._header_bytes = self._unparsed_bytes = 0
         super().connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -81,6 +83,8 @@ class HttpToolsHeadLimits(Refusals, LossSignallingProtocol):
             return
         self._unset_keepalive_if_required()
         began_in_head, self._fresh = self._in_head, False
+        if not self._in_head:  # body bytes reset it (on_body); a chunked body's trailers never do
+            self._unparsed_bytes += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -101,6 +105,11 @@ class HttpToolsHeadLimits(Refusals, LossSignallingProtocol):
             if self._head_bytes - self._url_bytes > self.max_header_bytes + _REQUEST_LINE_SLACK:
                 refusal = headers_too_large(self.max_header_bytes)
                 self.refuse(refusal.status, refusal.code, refusal.message)
+        elif not self._in_head and self._unparsed_bytes > self.max_header_bytes + _REQUEST_LINE_SLACK:
+            # after the head, bytes that are not body: a chunked body's trailers (header lines that
+            # httptools grows by concatenation, as it does the head's), or chunk framing without data
+            refusal = headers_too_large(self.max_header_bytes)
+            self.refuse(refusal.status, refusal.code, refusal.message)
 
     def on_message_begin(self) -> None:
         self._in_head = self._fresh = True
@@ -120,8 +129,16 @@ class HttpToolsHeadLimits(Refusals, LossSignallingProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self._in_head = False
+        self._in_head, self._unparsed_bytes = False, 0
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._unparsed_bytes = 0
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._unparsed_bytes = 0
+        super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
         """Anything else of uvicorn's that refuses a request: our JSON 400."""
