@@ -157,16 +157,20 @@ class _Arriving:
             if message["type"] == "http.disconnect":
                 raise ClientDisconnect()
             chunk: bytes = message.get("body", b"")
-            self.add(chunk)
-            if not message.get("more_body", False):
+            more = bool(message.get("more_body", False))
+            self.add(chunk, more=more)
+            if not more:
                 return
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes, *, more: bool = True) -> None:
+        """``more``: the body goes on after ``chunk``. Its last chunk is never refused for the total: the
+        body is whole, its bytes are already in memory, and refusing a complete small body while others
+        trickle in would let a few slow clients turn every other request away."""
         reader = self.reader
         self.size += len(chunk)
         if self.size > reader.max_bytes:
             raise RequestTooLargeError(too_large(reader.max_bytes))
-        if reader.max_total_bytes and reader.bytes_arriving + len(chunk) > reader.max_total_bytes:
+        if more and reader.max_total_bytes and reader.bytes_arriving + len(chunk) > reader.max_total_bytes:
             raise OverloadedError(
                 f"the bodies still arriving hold {reader.bytes_arriving} bytes "
                 f"(max_body_bytes_arriving {reader.max_total_bytes}); retry later"
