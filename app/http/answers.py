@@ -105,16 +105,23 @@ async def made_off_loop(make: Callable[[], Any], limit: int) -> bytes:
 
 
 def _made(make: Callable[[], Any], limit: int) -> bytes | AnswerTooLargeError:
+    size = TRIM_AFTER_BYTES  # a refused answer was a large one
     try:
         with _collector_paused():  # resumed once the answer's objects are freed, a refused one's too
             try:
-                return render(make(), limit)
+                body = render(make(), limit)
+                size = len(body)
+                return body
             except AnswerTooLargeError as exc:
                 return exc.with_traceback(None)
     finally:
-        trim_heap()  # glibc kept what the answer's objects freed (RSS 100-200 MB up after a series)
+        # glibc kept what a large answer's objects freed (RSS 100-200 MB up after a series of them); a
+        # trim walks every arena, so not after each of the many answers just past INLINE_ANSWER_BYTES
+        if size >= TRIM_AFTER_BYTES:
+            trim_heap()
 
 
+TRIM_AFTER_BYTES = 8 << 20
 _paused = 0
 _paused_lock = threading.Lock()
 

@@ -51,6 +51,10 @@ HEAVY: dict[str, tuple[str, str, Any, int]] = {
     ),
     "tei embed: 256 inputs": ("POST", "/embed", {"inputs": [LONG] * 256}, 200),
     "tokenize: 256 x 253 tokens echoed": ("POST", "/tokenize", {"sentences": [LONG] * 256}, 200),
+    "tei embed_all: one sentence of 253 tokens (every prefix encoded)": (
+        "POST", "/embed_all", {"inputs": [LONG]}, 200,
+    ),
+    "tei decode: 256 x 253 ids": ("POST", "/decode", {"ids": [[5] * 253] * 256}, 200),
     "score: 256 captions x 256 images": (
         "POST", "/score", {"captions": [LONG] * 256, "images": _images(256)}, 200,
     ),

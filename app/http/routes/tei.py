@@ -66,7 +66,6 @@ class TEIRoute(OffloadedBodyRoute):
         return tei_handler
 
 
-INLINE_DECODE_IDS = 4096  # more ids are decoded and written in a worker thread
 router = APIRouter(tags=["tei"], route_class=TEIRoute)
 
 
@@ -192,9 +191,8 @@ async def decode(body: TEIDecodeRequest, request: Request, registry: RegistryDep
     def words() -> list[str]:
         return entry.decode(seqs, skip_special=body.skip_special_tokens)  # type: ignore[arg-type]
 
-    # each id echoes a word: within max_answer_bytes, and made off the loop when there are many
-    if sum(map(len, seqs)) <= INLINE_DECODE_IDS:
-        return await json_answer(words(), limit=limit_of(request), inline=True)
+    # each id echoes a word: within max_answer_bytes; off the loop (the first decode of a version builds
+    # its table's reverse index: a skip-thoughts table has about 930,000 words)
     return await answer_made_off_loop(words, limit=limit_of(request))
 
 
