@@ -48,6 +48,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from lnserve.app.http.deps import runtime_dependant
+from lnserve.app.http.errors import is_json
 from lnserve.app.http.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
 from lnserve.app.http.schemas.retrieval import ItemsAdd, RetrieveRequest
 from lnserve.app.http.schemas.tei import (
@@ -213,12 +214,6 @@ def _needs_strict_parse(raw: bytes) -> bool:
     return False
 
 
-def _is_json(request: Request) -> bool:
-    """FastAPI's own rule for parsing a body as JSON: application/json or application/*+json."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    return ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))
-
-
 @contextmanager
 def _solving_only_what_runs(route: APIRoute) -> Iterator[None]:
     """While FastAPI builds ``route``'s request handler, its dependant (the included route's, where FastAPI
@@ -259,7 +254,7 @@ class OffloadedBodyRoute(APIRoute):
                 raw = await request.body()  # read already (the middleware): FastAPI gets the same bytes
                 large = len(raw) > INLINE_PARSE_BYTES
                 # the content type only for the bodies parsed here: nearly every body is small and plain
-                if (large or _needs_strict_parse(raw)) and _is_json(request):
+                if (large or _needs_strict_parse(raw)) and is_json(request):
                     limit = request.app.state.settings.max_sentences
                     # request.json() is cached in _json: FastAPI takes the validated model as is
                     if large:

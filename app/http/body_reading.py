@@ -32,7 +32,7 @@ from lnserve.app.http.client_identity import client_key
 from lnserve.app.http.errors import RequestTimeoutError
 from lnserve.app.serving.errors import OverloadedError, RequestTooLargeError
 
-__all__ = ["BodyReader", "client_key", "has_body", "replay", "too_large"]
+__all__ = ["BodyReader", "has_body", "replay", "too_large"]
 
 
 class BodyReader:

@@ -267,12 +267,16 @@ async def _lnserve_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(status, exc.code, str(exc), request_id=_request_id(request), headers=headers)
 
 
+def is_json(request: Request) -> bool:
+    """FastAPI's own rule for parsing a body as JSON: application/json or application/*+json."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     status, code = ERROR_TABLE[RequestValidationError]
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    json_body = ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))
-    message = _validation_message(exc, json_body=json_body)
+    message = _validation_message(exc, json_body=is_json(request))
     return error_response(status, code, message, request_id=_request_id(request))
 
 

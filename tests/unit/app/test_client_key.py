@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lnserve.app.http.body_reading import client_key
+from lnserve.app.http.client_identity import client_key
 
 
 @pytest.mark.parametrize(
