@@ -24,8 +24,8 @@ from safetensors.numpy import load_file, save_file
 
 from lnserve.converters.bounded_json import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, read_json_file
 from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
-from lnserve.converters.safe_pickle import brief
 from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
+from lnserve.errors import brief
 from lnserve.hashing import sha256_file, sha256_unchanged_file
 from lnserve.storage import out_of_space_reported
 

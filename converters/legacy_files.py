@@ -25,8 +25,8 @@ from typing import IO, Any, cast
 import numpy as np
 
 from lnserve.converters.errors import CorruptFileError, TableMismatchError
-from lnserve.converters.safe_pickle import brief, py2_strings, safe_load
-from lnserve.errors import shown
+from lnserve.converters.safe_pickle import py2_strings, safe_load
+from lnserve.errors import brief, shown
 
 log = logging.getLogger("lnserve.converters")
 _NUMPY_MULTIARRAY = ("numpy.core.multiarray", "numpy._core.multiarray")

@@ -28,8 +28,7 @@ from lnserve.converters.param_map import (
     extra_keys,
     legacy_cell_params,
 )
-from lnserve.converters.safe_pickle import brief
-from lnserve.errors import shown
+from lnserve.errors import brief, shown
 from lnserve.hashing import sha256_file
 
 log = logging.getLogger("lnserve.converters")

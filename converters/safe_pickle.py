@@ -29,17 +29,15 @@ import collections
 import functools
 import gc
 import io
-import itertools
 import math
 import pickle
-import reprlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, ClassVar, cast
 
 import numpy as np
 
 from lnserve.converters.errors import ConversionError, CorruptFileError, UnsafePickleError
-from lnserve.errors import shown
+from lnserve.errors import brief, clip, shown
 
 _NP_RECONSTRUCT = np._core.multiarray._reconstruct  # type: ignore[attr-defined]
 _RECONSTRUCT_NAMES = (("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"))
@@ -104,50 +102,6 @@ class _NdarrayToken:
 
 
 NDARRAY = _NdarrayToken()
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    """``text`` with control characters escaped, cut to ``limit`` characters for an error message."""
-    text = shown(text)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class _BoundedRepr(reprlib.Repr):
-    """``reprlib``'s bounded ``repr`` (a few levels, a few items each), also for OrderedDicts, without
-    sorting keys, and for integers of any size (``repr`` of a 100,000-digit int raises)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple = 3, 4, 6, 6
-        self.maxstring, self.maxother, self.maxlong = 60, 60, 40
-
-    def repr_dict(self, x: Any, level: int) -> str:
-        if not x:
-            return "{}"
-        if level <= 0:
-            return "{...}"
-        items = [
-            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
-            for k, v in itertools.islice(x.items(), self.maxdict)
-        ]
-        return "{" + ", ".join(items) + (", ...}" if len(x) > self.maxdict else "}")
-
-    def repr_OrderedDict(self, x: Any, level: int) -> str:
-        return f"OrderedDict({self.repr_dict(x, level)})"
-
-    def repr_int(self, x: Any, level: int) -> str:
-        if x.bit_length() > 128:
-            return f"<an integer of {x.bit_length()} bits>"
-        return super().repr_int(x, level)
-
-
-_BRIEF = _BoundedRepr()
-
-
-def brief(value: Any, limit: int = 80) -> str:
-    """A short, bounded, terminal-safe ``repr`` of a value from an untrusted file: it never walks more than
-    a few items of a few levels, whatever the object graph (plain ``repr`` of a shared DAG never ends)."""
-    return _clip(_BRIEF.repr(value), limit)
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -568,7 +522,7 @@ def safe_load(
         ) from None
     except Exception as exc:  # anything else the bytes provoke is the file's fault, not ours
         raise CorruptFileError(
-            f"{source}: not a readable legacy pickle ({type(exc).__name__}: {_clip(str(exc), 200)})"
+            f"{source}: not a readable legacy pickle ({type(exc).__name__}: {clip(str(exc), 200)})"
         ) from None
     finally:
         if collecting:

@@ -15,7 +15,8 @@ from typing import IO
 
 from lnserve.converters.errors import CorruptFileError
 from lnserve.converters.legacy_files import require_file
-from lnserve.converters.safe_pickle import brief, py2_strings, safe_load
+from lnserve.converters.safe_pickle import py2_strings, safe_load
+from lnserve.errors import brief
 
 SPECIAL_WORDS = ("<eos>", "UNK")  # rows 0 and 1 of Wemb; never worddict keys in a vocab.py dictionary
 

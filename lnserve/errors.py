@@ -3,7 +3,9 @@ stable ``code`` that HTTP answers and CLI messages show."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import itertools
+import reprlib
+from typing import Any, ClassVar
 
 
 class LnserveError(Exception):
@@ -33,3 +35,47 @@ def shown(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def clip(text: str, limit: int = 120) -> str:
+    """``text`` with control characters escaped, cut to ``limit`` characters for an error message."""
+    text = shown(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _BoundedRepr(reprlib.Repr):
+    """``reprlib``'s bounded ``repr`` (a few levels, a few items each), also for OrderedDicts, without
+    sorting keys, and for integers of any size (``repr`` of a 100,000-digit int raises)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple = 3, 4, 6, 6
+        self.maxstring, self.maxother, self.maxlong = 60, 60, 40
+
+    def repr_dict(self, x: Any, level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        items = [
+            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+            for k, v in itertools.islice(x.items(), self.maxdict)
+        ]
+        return "{" + ", ".join(items) + (", ...}" if len(x) > self.maxdict else "}")
+
+    def repr_OrderedDict(self, x: Any, level: int) -> str:
+        return f"OrderedDict({self.repr_dict(x, level)})"
+
+    def repr_int(self, x: Any, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_BRIEF = _BoundedRepr()
+
+
+def brief(value: Any, limit: int = 80) -> str:
+    """A short, bounded, terminal-safe ``repr`` of a value from an untrusted file: it never walks more than
+    a few items of a few levels, whatever the object graph (plain ``repr`` of a shared DAG never ends)."""
+    return clip(_BRIEF.repr(value), limit)
