@@ -27,6 +27,7 @@ import numpy as np
 from lnserve.converters.errors import CorruptFileError, TableMismatchError
 from lnserve.converters.safe_pickle import py2_strings, safe_load
 from lnserve.errors import brief, shown
+from lnserve.input_files import read_bounded
 
 log = logging.getLogger("lnserve.converters")
 _NUMPY_MULTIARRAY = ("numpy.core.multiarray", "numpy._core.multiarray")
@@ -475,9 +476,15 @@ def _write_rows(
     return n, dim
 
 
+DICTIONARY_MAX_BYTES = 512 << 20  # the published dictionary.txt (930,913 words) is about 10 MB
+
+
 def read_dictionary(path: Path) -> list[str]:
     """``dictionary.txt``: split on b'\\n' only (Python 2 semantics), decode UTF-8, strip each word."""
-    data = require_file(path).read_bytes()
+    # a regular file within bounds: a symlink to /dev/zero or a FIFO must not be read until memory runs out
+    data = read_bounded(
+        require_file(path), max_bytes=DICTIONARY_MAX_BYTES, max_line_bytes=1 << 20, error=CorruptFileError
+    )
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()

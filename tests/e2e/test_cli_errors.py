@@ -131,6 +131,18 @@ def test_convert_skip_thoughts_refuses_a_row_mismatch(tmp_path: Path) -> None:
     assert _snapshot(tmp_path) == before  # the staging dir with the half-written table is gone
 
 
+def test_convert_skip_thoughts_refuses_a_dictionary_line_past_its_bound(tmp_path: Path) -> None:
+    """dictionary.txt is read within bounds (1 MiB a line, 512 MiB in all), never whole whatever its size."""
+    src = copy_st(tmp_path)
+    words = (src / "dictionary.txt").read_bytes().split(b"\n")
+    words[-2] = b"w" * (2 << 20)  # the last word, 2 MiB long: the row count still matches
+    (src / "dictionary.txt").write_bytes(b"\n".join(words))
+    before = _snapshot(tmp_path)
+    line = assert_refused(run_cli(*_st_args(src, tmp_path)), "corrupt_file")
+    assert "dictionary.txt: " in line and "longer than the 1 MiB limit per line" in line, line
+    assert _snapshot(tmp_path) == before
+
+
 def test_convert_refuses_an_unknown_override(tmp_path: Path) -> None:
     proc = run_cli(
         "convert",
