@@ -269,6 +269,8 @@ def _try_once(
         raise PullError(
             f"{url}: too many redirects ({_reason(exc)}): the server redirects in a loop or too far"
         ) from None
+    except httpx.UnsupportedProtocol as exc:  # a redirect to ftp:// or file://: no retry will change it
+        raise PullError(f"{url}: {_reason(exc)}: only http and https are fetched") from None
     except httpx.TransportError as exc:
         got = part.size()
         short = total is not None and got < total
