@@ -16,12 +16,11 @@ Three classes of the same resource, bodies in flight before a request is admitte
 from __future__ import annotations
 
 import json
-import re
 import select
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import pytest
 
 from tests.e2e.rawhttp import RawConnection
 from tests.e2e.server import LiveServer, start_server
-from tests.e2e.test_slow_clients import body_routes
+from tests.e2e.test_slow_clients import body_routes, closed, metric, wait_for
 
 JSON = {"Content-Type": "application/json"}
 BODY = json.dumps({"sentences": ["a red circle on the left"]}).encode()
@@ -38,28 +37,6 @@ PER_CLIENT = 8  # max_body_reads_per_client's default
 GRACE_S = 0.5  # body_arrival_grace_ms's default for lnserve serve
 SLACK_S = 8.0  # how much later than a deadline an answer may come on a loaded machine
 FORWARDED = "198.51.100.7"  # what a client claims to be (TEST-NET-2: no real client)
-
-
-def _metric(server: LiveServer, name: str) -> float:
-    text = httpx.get(server.url + "/metrics", timeout=10).text
-    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(m.group(1)) if m else 0.0
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-def _closed(conn: RawConnection) -> bool:
-    try:
-        return conn.file.read(1) == b""
-    except ConnectionError:
-        return True
-    except TimeoutError:
-        return False
 
 
 def _answered(conn: RawConnection, within_s: float) -> bool:
@@ -107,12 +84,12 @@ def eight_slow(plain: LiveServer) -> Iterator[list[RawConnection]]:
     """127.0.0.1 at its bound: eight bodies that stopped after a byte."""
     conns = [_slow(plain, "127.0.0.1") for _ in range(PER_CLIENT)]
     try:
-        _wait_for(lambda: _metric(plain, "lnserve_bodies_arriving") == PER_CLIENT, "eight slow bodies")
+        wait_for(lambda: metric(plain, "lnserve_bodies_arriving") == PER_CLIENT, "eight slow bodies")
         yield conns
     finally:
         for conn in conns:
             conn.close()
-        _wait_for(lambda: _metric(plain, "lnserve_bodies_arriving") == 0, "the slow bodies gone")
+        wait_for(lambda: metric(plain, "lnserve_bodies_arriving") == 0, "the slow bodies gone")
 
 
 def test_neighbours_of_a_slow_client_are_served_and_it_stays_bounded(
@@ -130,11 +107,11 @@ def test_neighbours_of_a_slow_client_are_served_and_it_stays_bounded(
             r = conn.read_response()
             assert r.status == 429 and r.json()["error"]["code"] == "overloaded", r.body
             assert "max_body_reads_per_client 8" in r.json()["error"]["message"]
-            assert r.headers["retry-after"] == "1" and _closed(conn)
+            assert r.headers["retry-after"] == "1" and closed(conn)
     finally:
         for conn in extra:
             conn.close()
-    assert _metric(plain, "lnserve_bodies_arriving") == PER_CLIENT
+    assert metric(plain, "lnserve_bodies_arriving") == PER_CLIENT
 
 
 def test_every_body_route_takes_a_neighbours_late_body(
@@ -159,7 +136,7 @@ def _bound_identity(server: LiveServer, source: str) -> str:
     one forwarded address leave room for a ninth claiming another; 'peer' when the ninth is refused."""
     held = [_slow(server, source, {"X-Forwarded-For": FORWARDED}) for _ in range(PER_CLIENT)]
     try:
-        _wait_for(lambda: _metric(server, "lnserve_bodies_arriving") == PER_CLIENT, "eight slow bodies")
+        wait_for(lambda: metric(server, "lnserve_bodies_arriving") == PER_CLIENT, "eight slow bodies")
         with _slow(server, source, {"X-Forwarded-For": "198.51.100.8"}) as ninth:
             if not _answered(ninth, GRACE_S + SLACK_S):
                 return "forwarded"
@@ -169,7 +146,7 @@ def _bound_identity(server: LiveServer, source: str) -> str:
     finally:
         for conn in held:
             conn.close()
-        _wait_for(lambda: _metric(server, "lnserve_bodies_arriving") == 0, "the slow bodies gone")
+        wait_for(lambda: metric(server, "lnserve_bodies_arriving") == 0, "the slow bodies gone")
 
 
 def _log_identity(server: LiveServer, source: str) -> str:
@@ -188,7 +165,7 @@ def _log_identity(server: LiveServer, source: str) -> str:
                     return None
         return None
 
-    _wait_for(lambda: line() is not None, "the access-log line")
+    wait_for(lambda: line() is not None, "the access-log line")
     client = (line() or {}).get("client")
     return {FORWARDED: "forwarded", source: "peer"}.get(str(client), str(client))
 
@@ -253,10 +230,10 @@ def test_bodies_from_many_addresses_are_bounded_in_total_bytes(bounded: LiveServ
     body_bytes = 200 << 10
     held, refused = _flood(bounded, 12, 2, body_bytes)
     try:
-        arriving = _metric(bounded, "lnserve_body_bytes_arriving")
+        arriving = metric(bounded, "lnserve_body_bytes_arriving")
         assert 0 < arriving <= 1 << 20, arriving
         assert 1 <= len(held) <= (1 << 20) // (body_bytes - 1), len(held)
-        assert _metric(bounded, "lnserve_bodies_arriving") == len(held)
+        assert metric(bounded, "lnserve_bodies_arriving") == len(held)
         answers = 0
         for conn in refused:
             try:
@@ -266,23 +243,23 @@ def test_bodies_from_many_addresses_are_bounded_in_total_bytes(bounded: LiveServ
             answers += 1
             assert r.status == 429 and r.json()["error"]["code"] == "overloaded", r.body
             assert "max_body_bytes_arriving" in r.json()["error"]["message"]
-            assert r.headers["retry-after"] == "1" and _closed(conn)
+            assert r.headers["retry-after"] == "1" and closed(conn)
         assert answers, "no refusal was read"
         assert httpx.get(bounded.url + "/health", timeout=10).status_code == 200
         # a body that arrives whole is never refused for the others' bytes (a few slow clients would turn
         # every other request away): fill the bound to 2,000 bytes short of it, then send 4,000 at once
-        slack = (1 << 20) - int(_metric(bounded, "lnserve_body_bytes_arriving"))
+        slack = (1 << 20) - int(metric(bounded, "lnserve_body_bytes_arriving"))
         filler = RawConnection(bounded.url, timeout=60, source="127.0.9.1")
         held.append(filler)
         filler.send_head("POST", "/encode", JSON, slack - 1000)
         filler.sock.sendall(b" " * (slack - 2000))
-        _wait_for(lambda: _metric(bounded, "lnserve_body_bytes_arriving") == (1 << 20) - 2000, "the filler")
+        wait_for(lambda: metric(bounded, "lnserve_body_bytes_arriving") == (1 << 20) - 2000, "the filler")
         whole = httpx.post(bounded.url + "/encode", content=BODY.ljust(4000), headers=JSON, timeout=30)
         assert whole.status_code == 200, whole.text
     finally:
         for conn in held + refused:
             conn.close()
-    _wait_for(lambda: _metric(bounded, "lnserve_body_bytes_arriving") == 0, "the bodies released")
+    wait_for(lambda: metric(bounded, "lnserve_body_bytes_arriving") == 0, "the bodies released")
     assert httpx.post(bounded.url + "/encode", content=BODY, headers=JSON, timeout=30).status_code == 200
 
 
@@ -335,10 +312,10 @@ def test_memory_held_by_bodies_in_flight_is_bounded(tmp_path_factory: pytest.Tem
         time.sleep(3.0)  # what the server has still to read of them
         stop.set()
         sampler.join()
-        bodies = _metric(server, "lnserve_bodies_arriving")
+        bodies = metric(server, "lnserve_bodies_arriving")
         for conn in held + refused:
             conn.close()
-        _wait_for(lambda: _metric(server, "lnserve_bodies_arriving") == 0, "the bodies released")
+        wait_for(lambda: metric(server, "lnserve_bodies_arriving") == 0, "the bodies released")
         after = _settled_rss_mib(pid)
         print(
             f"\nbodies in flight soak: RSS before {before:.0f} MiB, peak {peak[0]:.0f} MiB, after "

@@ -27,20 +27,20 @@ TIMEOUT_S = 2.0  # header and body deadline of the ``short`` server
 SLACK_S = 8.0  # how much later than the deadline an answer may come on a loaded machine
 
 
-def _metric(server: LiveServer, name: str) -> float:
+def metric(server: LiveServer, name: str) -> float:
     text = httpx.get(server.url + "/metrics", timeout=10).text
     m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     return float(m.group(1)) if m else 0.0
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
 
 
-def _closed(conn: RawConnection) -> bool:
+def closed(conn: RawConnection) -> bool:
     """The server closed the connection (EOF) rather than leaving it open."""
     try:
         return conn.file.read(1) == b""
@@ -108,7 +108,7 @@ def test_every_body_route_answers_a_stalled_body_with_408_and_closes(
             assert r.json()["error"]["code"] == "request_timeout", where
             assert "body_timeout_s" in r.json()["error"]["message"], where
             assert r.headers.get("connection") == "close", where
-            assert _closed(conn), where
+            assert closed(conn), where
         assert TIMEOUT_S * 0.9 <= time.monotonic() - start < TIMEOUT_S + SLACK_S
     finally:
         for conn in conns:
@@ -128,7 +128,7 @@ def test_headers_that_stop_arriving_close_the_connection(short: LiveServer, sent
             r = conn.read_response()
             assert r.status == 408 and r.json()["error"]["code"] == "request_timeout", r.body
             assert "header_timeout_s" in r.json()["error"]["message"]
-        assert _closed(conn)
+        assert closed(conn)
 
 
 def test_a_kept_alive_connection_gets_the_header_deadline_for_its_next_request(short: LiveServer) -> None:
@@ -136,7 +136,7 @@ def test_a_kept_alive_connection_gets_the_header_deadline_for_its_next_request(s
         assert conn.request("GET", "/health").status == 200
         conn.sock.sendall(b"GET /health HTTP/1.1\r\nHo")
         assert conn.read_response().status == 408
-        assert _closed(conn)
+        assert closed(conn)
 
 
 def test_a_refused_body_that_keeps_dripping_is_cut(short: LiveServer) -> None:
@@ -167,13 +167,13 @@ def test_silent_bodies_hold_no_inflight_slot(patient: LiveServer) -> None:
                 conn.sock.sendall(b"1\r\n{\r\n" if i % 2 else body[:1])
             silent.append(conn)
         held = ("lnserve_bodies_arriving", "lnserve_inflight_requests")  # (before the fix: in flight)
-        _wait_for(lambda: sum(_metric(patient, m) for m in held) == 32, "32 silent requests held")
+        wait_for(lambda: sum(metric(patient, m) for m in held) == 32, "32 silent requests held")
         with httpx.Client(base_url=patient.url, timeout=30) as c:
             for _ in range(5):
                 r = c.post("/encode", json={"sentences": ["a blue square"]})
                 assert r.status_code == 200, r.text
             assert c.get("/health").status_code == 200
-        assert _metric(patient, "lnserve_inflight_requests") == 0
+        assert metric(patient, "lnserve_inflight_requests") == 0
 
         with RawConnection(patient.url, source="127.0.0.2") as ninth:
             ninth.send_head("POST", "/encode", JSON, len(body))
@@ -181,7 +181,7 @@ def test_silent_bodies_hold_no_inflight_slot(patient: LiveServer) -> None:
             r = ninth.read_response()
             assert r.status == 429 and r.json()["error"]["code"] == "overloaded", r.body
             assert "max_body_reads_per_client 8" in r.json()["error"]["message"]
-            assert r.headers["retry-after"] == "1" and _closed(ninth)
+            assert r.headers["retry-after"] == "1" and closed(ninth)
 
         # a silent client that finishes its body is served like any other
         silent[0].sock.sendall(body)
@@ -189,7 +189,7 @@ def test_silent_bodies_hold_no_inflight_slot(patient: LiveServer) -> None:
     finally:
         for conn in silent:
             conn.close()
-    _wait_for(lambda: _metric(patient, "lnserve_bodies_arriving") == 0, "the silent clients gone")
+    wait_for(lambda: metric(patient, "lnserve_bodies_arriving") == 0, "the silent clients gone")
 
 
 GRACE_S = 5.0  # of the ``graceful`` server: far above a body sent 0.1 s after its headers on a loaded machine
@@ -220,7 +220,7 @@ def test_a_client_at_its_bound_gets_the_grace_for_its_next_body(graceful: LiveSe
         for conn in silent:
             conn.send_head("POST", "/encode", JSON, len(body))
             conn.sock.sendall(body[:1])
-        _wait_for(lambda: _metric(graceful, "lnserve_bodies_arriving") == 2, "two silent bodies")
+        wait_for(lambda: metric(graceful, "lnserve_bodies_arriving") == 2, "two silent bodies")
 
         with RawConnection(graceful.url, source=source) as late:  # the rest comes 0.1 s later
             late.send_head("POST", "/encode", JSON, len(body))
@@ -238,12 +238,12 @@ def test_a_client_at_its_bound_gets_the_grace_for_its_next_body(graceful: LiveSe
             assert r.status == 429 and r.json()["error"]["code"] == "overloaded", r.body
             assert "2 requests from this client are still sending" in r.json()["error"]["message"]
             assert time.monotonic() - started >= GRACE_S - 0.5  # not at once: after the grace
-            assert _closed(stalled)
+            assert closed(stalled)
 
         with RawConnection(graceful.url, source=source) as waiting:  # another of the client's bodies arrives
             waiting.send_head("POST", "/encode", JSON, len(body))
             waiting.sock.sendall(body[:1])
-            _wait_for(lambda: _metric(graceful, "lnserve_bodies_arriving") == 3, "the third body waiting")
+            wait_for(lambda: metric(graceful, "lnserve_bodies_arriving") == 3, "the third body waiting")
             silent[0].sock.sendall(body[1:])
             assert silent[0].read_response().status == 200
             waiting.sock.sendall(body[1:])
