@@ -10,6 +10,7 @@ names the ``pip install`` that fixes it, never an ``ImportError`` deep in a trac
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from types import ModuleType
 
@@ -44,6 +45,15 @@ def require(module: str, extra: str, what: str) -> ModuleType:
         if _is_absent(module, exc):
             raise MissingExtraError(what, module, extra) from None
         raise
+
+
+def require_installed(module: str, extra: str, what: str) -> None:
+    """``require`` without importing ``module``: for a top-level package that reads its settings from the
+    environment when it is imported (Ray: ``RAY_DEDUP_LOGS``...), which its caller sets afterwards."""
+    if extra not in EXTRAS:
+        raise ValueError(f"unknown extra {extra!r}")
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtraError(what, module, extra)
 
 
 def _is_absent(module: str, exc: ImportError) -> bool:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from lnserve.errors import UserInputError
-from lnserve.extras import require
+from lnserve.extras import require, require_installed
 
 if TYPE_CHECKING:
     from lnserve.app.serving.registry import ModelDirs
@@ -129,7 +129,9 @@ def _require_torch_where_needed(settings: Settings, model_dirs: ModelDirs) -> No
 
 
 def _serve_on_ray(settings: Settings, *flags: Any) -> None:
-    require("ray.serve", "ray", "--ray")
+    # not imported here: Ray reads RAY_DEDUP_LOGS and others when imported, and serve_on_ray sets them first
+    # (imported before, it merged the replicas' access-log lines into "[repeated 2x across cluster]")
+    require_installed("ray", "ray", "--ray")
     from lnserve.app.scale.launch import RayOptions, serve_on_ray
 
     replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus, ingress = flags

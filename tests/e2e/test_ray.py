@@ -11,7 +11,6 @@ every acknowledged item still there; the replica replaced).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -31,6 +30,7 @@ from lnserve.app.scale.shard_store import ShardStore, shard_root
 from lnserve.converters.artifact import read_artifact
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import LiveServer, start_server
+from tests.support.poll import wait_until
 
 pytest.importorskip("ray.serve", reason="needs the ray extra: pip install 'lnserve[ray]'")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -255,19 +255,29 @@ def test_a_clients_forwarded_address_is_not_believed_behind_serves_proxy(
     headers = {"X-Forwarded-For": "198.51.100.7", "X-Request-ID": rid}
     assert ray_client.post("/encode", json={"sentences": ["a dog"]}, headers=headers).status_code == 200
 
-    def client() -> object:
-        for text in servers[0].log().splitlines():  # replica lines carry a prefix; the last may be partial
-            if rid in text and '"client"' in text:
-                try:
-                    return json.loads(text[text.index("{") :])["client"]
-                except (ValueError, KeyError):
-                    return None
-        return None
+    def clients() -> list[object]:
+        return [r.get("client") for r in servers[0].json_records() if r.get("request_id") == rid]
 
-    deadline = time.monotonic() + 30
-    while client() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert client() == "127.0.0.1"
+    wait_until(lambda: bool(clients()), "the replica's access-log line")  # Ray forwards it later
+    assert clients() == ["127.0.0.1"]
+
+
+def test_every_replica_log_line_is_printed(
+    servers: tuple[LiveServer, LiveServer], ray_client: httpx.Client
+) -> None:
+    """Ray merges log lines of one pattern (numbers ignored) from several processes into "[repeated 2x across
+    cluster]" unless RAY_DEDUP_LOGS=0 when ray is imported; ``serve --ray`` sets it, so nothing may import ray
+    before (the missing-extra check once did, and access-log lines of one replica were lost)."""
+    rids = [uuid.uuid4().hex for _ in range(8)]
+    for rid in rids:
+        r = ray_client.post("/encode", json={"sentences": ["a dog"]}, headers={"X-Request-ID": rid})
+        assert r.status_code == 200
+
+    def seen() -> set[object]:
+        return {r.get("request_id") for r in servers[0].json_records()}
+
+    wait_until(lambda: set(rids) <= seen(), "every request's access-log line")
+    assert "across cluster]" not in servers[0].log()
 
 
 def test_concurrent_clients_behind_one_address_are_all_served(ray_client: httpx.Client) -> None:
