@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.rawhttp import RawConnection
 from tests.e2e.server import LiveServer, start_server
-from tests.e2e.test_slow_clients import _closed
+from tests.e2e.test_slow_clients import closed
 
 pytest.importorskip("ray.serve", reason="needs the ray extra: pip install 'lnserve[ray]'")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -104,7 +104,7 @@ def test_headers_that_stop_arriving_get_408_and_are_closed(servers: tuple[LiveSe
             r = conn.read_response()
             assert r.status == 408 and r.json()["error"]["code"] == "request_timeout", r.body
             assert "header_timeout_s" in r.json()["error"]["message"]
-            assert _closed(conn)
+            assert closed(conn)
         assert TIMEOUT_S * 0.9 <= time.monotonic() - start < TIMEOUT_S + SLACK_S
     finally:
         for conn in conns:
@@ -122,7 +122,7 @@ def test_a_body_that_stops_arriving_gets_408_and_is_closed(servers: tuple[LiveSe
             assert r.status == 408 and r.json()["error"]["code"] == "request_timeout", r.body
             assert "body_timeout_s" in r.json()["error"]["message"]
             assert r.headers.get("connection") == "close"
-            assert _closed(conn)
+            assert closed(conn)
     finally:
         for conn in conns:
             conn.close()
