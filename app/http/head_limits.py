@@ -73,10 +73,6 @@ class HttpToolsHeadLimits(Refusals, LossSignallingProtocol):
         self._head_bytes = self._url_bytes = self._header_bytes = self._unparsed_bytes = 0
         super().connection_made(transport)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_linger()
-        super().connection_lost(exc)
-
     def data_received(self, data: bytes) -> None:
         """uvicorn's, with our refusals; bytes of an unfinished head are counted (see the module)."""
         if self.discarding(data):
@@ -203,10 +199,6 @@ class H11HeadLimits(Refusals, H11Protocol):
         super().__init__(config, server_state, app_state, _loop)
         self.conn: _LimitedConnection = _LimitedConnection(self.max_url_bytes, self.max_header_bytes)
         self._init_refusals()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_linger()
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.discarding(data):

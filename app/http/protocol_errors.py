@@ -80,3 +80,8 @@ class Refusals:
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The linger's timer goes with the connection (then uvicorn's own, next in the protocol's bases)."""
+        self._stop_linger()
+        super().connection_lost(exc)  # type: ignore[misc]
