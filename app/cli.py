@@ -18,9 +18,10 @@ from typing import Annotated, NoReturn
 import typer
 from typer.core import TyperOption
 
-from lnserve.app.commands import convert, dictionary, encode, eval, gallery, model, pull, serve, train
 from lnserve.errors import LnserveError, shown
 from lnserve.storage import storage_full
+
+from .commands import convert, dictionary, encode, eval, gallery, model, pull, serve, train
 
 # an OSError naming a file with one of these is the place the user chose (a path under a file, a read-only or
 # pseudo file system, a device), not a fault of lnserve: one line and exit 2, as every bad input

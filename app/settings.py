@@ -16,9 +16,10 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from lnserve.app.runtime.engine import BACKENDS, DEFAULT_BACKEND
-from lnserve.app.runtime.retrieval import SCORERS
 from lnserve.errors import UserInputError
+
+from .runtime.engine import BACKENDS, DEFAULT_BACKEND
+from .runtime.retrieval import SCORERS
 
 SERVE_BODY_GRACE_MS = 500.0  # body_arrival_grace_ms unset, outside Ray's proxy: a few network round trips
 
@@ -40,7 +41,7 @@ def _split_list(value: object) -> object:
     if isinstance(value, str):
         value = value.strip()
         if value.startswith("["):
-            from lnserve.converters.bounded_json import loads
+            from ..converters.bounded_json import loads
 
             return loads(value)
         return [v.strip() for v in value.split(",") if v.strip()]
@@ -53,7 +54,7 @@ def _split_pairs(value: object) -> object:
         return value
     value = value.strip()
     if value.startswith("{"):
-        from lnserve.converters.bounded_json import loads
+        from ..converters.bounded_json import loads
 
         return loads(value)
     pairs: dict[str, str] = {}
@@ -250,7 +251,7 @@ class Settings(BaseSettings):
     def _alias_names(cls, value: dict[str, str]) -> dict[str, str]:
         """An alias is a model name a client sends (in a body, or in ``/models/NAME/reload``): it obeys the
         rule of model names (``converters.url_segment``), so ``..`` or a control character is refused."""
-        from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
+        from ..converters.url_segment import SEGMENT_RULE, segment_fault
 
         for alias in value:
             fault = segment_fault(alias) if alias else "it is empty"

@@ -22,12 +22,13 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
-from lnserve.converters.bounded_json import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, read_json_file
-from lnserve.converters.errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
-from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
 from lnserve.errors import brief
 from lnserve.hashing import sha256_file, sha256_unchanged_file
 from lnserve.storage import out_of_space_reported
+
+from .bounded_json import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, read_json_file
+from .errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
+from .url_segment import SEGMENT_RULE, segment_fault
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

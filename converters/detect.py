@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from lnserve.converters.errors import UnknownCellTypeError
-from lnserve.models.cell_types import CELL_TYPES, LSTM_CELLS
+from ..models.cell_types import CELL_TYPES, LSTM_CELLS
+from .errors import UnknownCellTypeError
 
 
 def detect_cell(

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lnserve.converters.errors import CorruptFileError, TableMismatchError
-from lnserve.converters.legacy_files import open_npz, read_dictionary, visit_table_rows
-from lnserve.converters.vocab_pickle import SPECIAL_WORDS
 from lnserve.errors import shown
+
+from .errors import CorruptFileError, TableMismatchError
+from .legacy_files import open_npz, read_dictionary, visit_table_rows
+from .vocab_pickle import SPECIAL_WORDS
 
 
 @dataclass

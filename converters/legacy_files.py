@@ -24,10 +24,11 @@ from typing import IO, Any, cast
 
 import numpy as np
 
-from lnserve.converters.errors import CorruptFileError, TableMismatchError
-from lnserve.converters.safe_pickle import py2_strings, safe_load
 from lnserve.errors import brief, shown
 from lnserve.input_files import read_bounded
+
+from .errors import CorruptFileError, TableMismatchError
+from .safe_pickle import py2_strings, safe_load
 
 log = logging.getLogger("lnserve.converters")
 _NUMPY_MULTIARRAY = ("numpy.core.multiarray", "numpy._core.multiarray")

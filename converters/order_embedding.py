@@ -9,11 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.converters import CONVERTER_VERSION
-from lnserve.converters.artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
-from lnserve.converters.detect import detect_cell
-from lnserve.converters.errors import CorruptFileError
-from lnserve.converters.legacy_files import (
+from lnserve.errors import brief, shown
+from lnserve.hashing import sha256_file
+
+from . import CONVERTER_VERSION
+from .artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
+from .detect import detect_cell
+from .errors import CorruptFileError
+from .legacy_files import (
     flag_option,
     int_option,
     number_option,
@@ -21,15 +24,13 @@ from lnserve.converters.legacy_files import (
     read_legacy_pickle,
     text_option,
 )
-from lnserve.converters.param_map import (
+from .param_map import (
     cell_state_dict,
     check_params,
     expected_cell_shapes,
     extra_keys,
     legacy_cell_params,
 )
-from lnserve.errors import brief, shown
-from lnserve.hashing import sha256_file
 
 log = logging.getLogger("lnserve.converters")
 

@@ -10,8 +10,8 @@ from typing import Protocol
 
 import numpy as np
 
-from lnserve.converters.errors import MissingParameterError, ShapeMismatchError
-from lnserve.models.cell_types import GRU_CELLS, LSTM_CELLS
+from ..models.cell_types import GRU_CELLS, LSTM_CELLS
+from .errors import MissingParameterError, ShapeMismatchError
 
 NormGroups = tuple[tuple[str, str, int], ...]  # (legacy suffix, norm module, gate blocks)
 _NORM_GROUPS_GRU: NormGroups = (

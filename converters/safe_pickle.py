@@ -36,8 +36,9 @@ from typing import IO, Any, ClassVar, cast
 
 import numpy as np
 
-from lnserve.converters.errors import ConversionError, CorruptFileError, UnsafePickleError
 from lnserve.errors import brief, clip, shown
+
+from .errors import ConversionError, CorruptFileError, UnsafePickleError
 
 _NP_RECONSTRUCT = np._core.multiarray._reconstruct  # type: ignore[attr-defined]
 _RECONSTRUCT_NAMES = (("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"))

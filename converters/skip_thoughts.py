@@ -15,17 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.converters import CONVERTER_VERSION
-from lnserve.converters.artifact import (
+from lnserve.errors import UserInputError, shown
+from lnserve.hashing import sha256_file
+
+from . import CONVERTER_VERSION
+from .artifact import (
     SKIP_PART_MODULES,
     finish_manifest,
     save_weights,
     staging_dir,
     write_json,
 )
-from lnserve.converters.detect import detect_cell
-from lnserve.converters.errors import CorruptFileError, TableMismatchError
-from lnserve.converters.legacy_files import (
+from .detect import detect_cell
+from .errors import CorruptFileError, TableMismatchError
+from .legacy_files import (
     convert_table,
     int_option,
     open_npz,
@@ -34,9 +37,7 @@ from lnserve.converters.legacy_files import (
     require_file,
     text_option,
 )
-from lnserve.converters.param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
-from lnserve.errors import UserInputError, shown
-from lnserve.hashing import sha256_file
+from .param_map import cell_state_dict, check_params, expected_cell_shapes, extra_keys
 
 log = logging.getLogger("lnserve.converters")
 

@@ -17,17 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.converters import CONVERTER_VERSION
-from lnserve.converters.artifact import finish_manifest, save_weights, staging_dir, write_json
-from lnserve.converters.errors import CorruptFileError
-from lnserve.converters.legacy_files import int_option, open_npz, read_legacy_pickle
-from lnserve.converters.param_map import check_params
-from lnserve.converters.skip_thoughts import DICTIONARY, TABLE_FILES, read_skip_half
-from lnserve.converters.vocab_expansion import fit_linear_map, plan_expansion, write_predictions
-from lnserve.converters.vocab_pickle import SPECIAL_WORDS, read_word_dictionary
-from lnserve.converters.word2vec import read_header
 from lnserve.errors import shown
 from lnserve.hashing import sha256_file
+
+from . import CONVERTER_VERSION
+from .artifact import finish_manifest, save_weights, staging_dir, write_json
+from .errors import CorruptFileError
+from .legacy_files import int_option, open_npz, read_legacy_pickle
+from .param_map import check_params
+from .skip_thoughts import DICTIONARY, TABLE_FILES, read_skip_half
+from .vocab_expansion import fit_linear_map, plan_expansion, write_predictions
+from .vocab_pickle import SPECIAL_WORDS, read_word_dictionary
+from .word2vec import read_header
 
 log = logging.getLogger("lnserve.converters")
 

@@ -16,8 +16,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from lnserve.converters.errors import ConversionError
-from lnserve.converters.word2vec import Word2VecHeader, iter_blocks
+from .errors import ConversionError
+from .word2vec import Word2VecHeader, iter_blocks
 
 Progress = Callable[[int, int], None]
 FIRST_WORD_ROW = 2  # rows 0 and 1 are <eos> and UNK: not worddict words, never in the fit

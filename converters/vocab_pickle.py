@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from lnserve.converters.errors import CorruptFileError
-from lnserve.converters.legacy_files import require_file
-from lnserve.converters.safe_pickle import py2_strings, safe_load
 from lnserve.errors import brief
+
+from .errors import CorruptFileError
+from .legacy_files import require_file
+from .safe_pickle import py2_strings, safe_load
 
 SPECIAL_WORDS = ("<eos>", "UNK")  # rows 0 and 1 of Wemb; never worddict keys in a vocab.py dictionary
 

@@ -16,9 +16,10 @@ from typing import BinaryIO
 
 import numpy as np
 
-from lnserve.converters.errors import CorruptFileError
-from lnserve.converters.legacy_files import require_file
 from lnserve.errors import shown
+
+from .errors import CorruptFileError
+from .legacy_files import require_file
 
 WORD2VEC_DIM = 300  # training/tools.py train_regressor hard-codes it
 MAX_HEADER_BYTES = 64

@@ -16,8 +16,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from lnserve.models.cell_types import CELL_TYPES, GRU_CELLS, LSTM_CELLS
-from lnserve.models.norms import make_norm
+from .cell_types import CELL_TYPES, GRU_CELLS, LSTM_CELLS
+from .norms import make_norm
 
 State = tuple[torch.Tensor, ...]
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from lnserve.models.norms import l2normalize
-from lnserve.models.recurrence import Recurrence, reverse_padded
+from .norms import l2normalize
+from .recurrence import Recurrence, reverse_padded
 
 
 @dataclass(frozen=True)

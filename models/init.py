@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from lnserve.models.cells import Cell
-    from lnserve.models.encoders import OrderEmbedding
+    from .cells import Cell
+    from .encoders import OrderEmbedding
 
 RECURRENT_INITS = ("orthogonal", "identity", "chain", "fbchain")
 DEFAULT_GAINS = {"orthogonal": 1.0, "identity": 1.0, "chain": 1.02, "fbchain": 0.04}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lnserve.models.methods import METHODS
+from .methods import METHODS
 
 DEFAULT_MARGINS = {"order": 0.05, "cosine": 0.2}
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lnserve.models.cell_types import NORM_EPS as EPS
+from .cell_types import NORM_EPS as EPS
 
 
 class LegacyLayerNorm(nn.Module):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lnserve.models.cells import State, make_cell
+from .cells import State, make_cell
 
 
 def length_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:

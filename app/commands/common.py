@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 import numpy as np
 import typer
 
-from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.errors import UserInputError
 from lnserve.input_files import open_regular, read_bounded
 from lnserve.storage import storage_full
+
+from ..runtime.errors import EncodeInputError
 
 if TYPE_CHECKING:  # rich loads only when a command draws progress
     from rich.progress import Progress, ProgressColumn, TaskID

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lnserve.app.commands.checkpoint_paths import npz_file, order_embedding_prefix, plain_file, tables_dir
+from .checkpoint_paths import npz_file, order_embedding_prefix, plain_file, tables_dir
 
 convert_app = typer.Typer(
     help="Convert legacy Theano checkpoints into lnserve model artifacts.", no_args_is_help=True
@@ -36,9 +36,9 @@ def convert_order_embedding(
     force: ForceOpt = False,
 ) -> None:
     """Convert an order-embedding checkpoint (PREFIX.npz + PREFIX.pkl)."""
-    from lnserve.app.commands.common import check_output_dir
-    from lnserve.converters.artifact import model_name
-    from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
+    from ...converters.artifact import model_name
+    from ...converters.order_embedding import read_order_embedding, write_order_embedding
+    from .common import check_output_dir
 
     check_output_dir(out)
     chosen = model_name(out, name)  # a bad name fails before the checkpoint is read
@@ -69,9 +69,9 @@ def convert_skip_thoughts_cmd(
     """Convert skip-thoughts uni-skip and/or bi-skip (both give combine-skip)."""
     from rich.progress import TaskProgressColumn
 
-    from lnserve.app.commands.common import check_output_dir, labelled_progress, stderr_progress
-    from lnserve.converters.artifact import model_name
-    from lnserve.converters.skip_thoughts import convert_skip_thoughts
+    from ...converters.artifact import model_name
+    from ...converters.skip_thoughts import convert_skip_thoughts
+    from .common import check_output_dir, labelled_progress, stderr_progress
 
     check_output_dir(out)
     chosen = model_name(out, name)  # a bad name fails before the tables are read
@@ -123,9 +123,9 @@ def convert_skip_thoughts_training_cmd(
     """Convert a skip-thoughts training/-format checkpoint (the layer-norm LN-GRU release)."""
     from rich.progress import TaskProgressColumn
 
-    from lnserve.app.commands.common import check_output_dir, labelled_progress, stderr_progress
-    from lnserve.converters.artifact import model_name
-    from lnserve.converters.skip_thoughts_training import convert_skip_thoughts_training
+    from ...converters.artifact import model_name
+    from ...converters.skip_thoughts_training import convert_skip_thoughts_training
+    from .common import check_output_dir, labelled_progress, stderr_progress
 
     check_output_dir(out)
     with stderr_progress(TaskProgressColumn()) as bar:

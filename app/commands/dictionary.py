@@ -25,9 +25,9 @@ def recover(
 ) -> None:
     """Recover uni-skip's word dictionary (words -> indices 2..n_words-1) exactly, from its Wemb rows in
     utable.npy; write it as training/vocab.py does (two protocol-0 pickles, readable by Python 2)."""
-    from lnserve.app.commands.common import check_output, write_atomic
-    from lnserve.converters.dictionary_recovery import recover_uni_skip_dictionary
-    from lnserve.converters.vocab_pickle import write_word_dictionary
+    from ...converters.dictionary_recovery import recover_uni_skip_dictionary
+    from ...converters.vocab_pickle import write_word_dictionary
+    from .common import check_output, write_atomic
 
     check_output(out, "--out")  # a directory, a device, under a file, in /proc: refused before any work
     if out.exists() and not force:

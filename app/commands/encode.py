@@ -8,7 +8,11 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from lnserve.app.commands.common import (
+from lnserve.errors import UserInputError
+
+from ..runtime.engine import DEFAULT_BACKEND, Engine
+from ..runtime.errors import EncodeInputError
+from .common import (
     BackendOpt,
     check_output,
     load_matrix,
@@ -16,9 +20,6 @@ from lnserve.app.commands.common import (
     read_lines,
     save_npy,
 )
-from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine
-from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.errors import UserInputError
 
 
 def encode(
@@ -101,8 +102,8 @@ def score(
     output: Annotated[Path, typer.Option("--output", help="Output error matrix .npy (N x M).")],
 ) -> None:
     """Caption x image error matrix with the model's method (order violation or negative cosine)."""
-    from lnserve.app.runtime.scoring import error_matrix
-    from lnserve.converters.artifact import read_artifact
+    from ...converters.artifact import read_artifact
+    from ..runtime.scoring import error_matrix
 
     check_output(output)
     artifact = read_artifact(model_dir)

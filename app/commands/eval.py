@@ -13,10 +13,11 @@ from typing import Annotated, Any
 import typer
 from typer._click.exceptions import MissingParameter
 
-from lnserve.app.commands.common import BackendOpt, check_output, load_matrix, read_lines, save_text
-from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.app.runtime.errors import EncodeInputError
 from lnserve.errors import UserInputError
+
+from ..runtime.engine import DEFAULT_BACKEND
+from ..runtime.errors import EncodeInputError
+from .common import BackendOpt, check_output, load_matrix, read_lines, save_text
 
 
 def evaluate(
@@ -44,10 +45,10 @@ def evaluate(
         if value is None:
             raise MissingParameter(ctx=ctx, param_hint=f"'{flag}'", param_type="option")
     assert model is not None and captions is not None and images is not None
-    from lnserve.app.runtime.engine import Engine
-    from lnserve.app.runtime.evaluation import CAPTIONS_PER_IMAGE as CPI
-    from lnserve.app.runtime.evaluation import i2t, mean_stats, plan_folds, t2i
-    from lnserve.app.runtime.retrieval import metric_for, score_info
+    from ..runtime.engine import Engine
+    from ..runtime.evaluation import CAPTIONS_PER_IMAGE as CPI
+    from ..runtime.evaluation import i2t, mean_stats, plan_folds, t2i
+    from ..runtime.retrieval import metric_for, score_info
 
     if json_out is not None and str(json_out) != "-":
         check_output(json_out, "--json")
@@ -104,7 +105,7 @@ def _print_table(result: dict[str, Any]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from lnserve.app.commands import eval_skip_thoughts
+    from . import eval_skip_thoughts
 
     group = typer.Typer(invoke_without_command=True, no_args_is_help=False)
     group.callback()(evaluate)

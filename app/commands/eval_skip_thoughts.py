@@ -10,13 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from lnserve.app.commands.common import BackendOpt, check_output, progress_bar, save_text
-from lnserve.app.runtime.engine import DEFAULT_BACKEND
 from lnserve.errors import UserInputError
+
+from ..runtime.engine import DEFAULT_BACKEND
+from .common import BackendOpt, check_output, progress_bar, save_text
 
 
 def parse_tasks(value: str) -> list[str]:
-    from lnserve.app.evaluation.protocols import TASKS
+    from ..evaluation.protocols import TASKS
 
     tasks = [t.strip().lower() for t in value.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
@@ -52,10 +53,10 @@ def skip_thoughts(
 ) -> None:
     """MR, CR, SUBJ, MPQA, TREC, MSRP, SICK-R as the skip-thoughts scripts ran them; SICK-E, STS14 as
     SentEval."""
-    from lnserve.app.evaluation import report
-    from lnserve.app.evaluation.encoders import EngineEncoder
-    from lnserve.app.evaluation.protocols import Context, run_task
-    from lnserve.app.evaluation.readiness import check_task_files
+    from ..evaluation import report
+    from ..evaluation.encoders import EngineEncoder
+    from ..evaluation.protocols import Context, run_task
+    from ..evaluation.readiness import check_task_files
 
     tasks = parse_tasks(task)
     if not data.is_dir():

@@ -10,20 +10,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 import numpy as np
 import typer
 
-from lnserve.app.commands.common import (
+from lnserve.errors import UserInputError
+
+from ...converters import bounded_json
+from ..runtime.engine import DEFAULT_BACKEND
+from ..runtime.errors import EncodeInputError
+from .common import (
     BackendOpt,
     check_output_dir,
     load_matrix,
     progress_bar,
     read_lines,
 )
-from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.converters import bounded_json
-from lnserve.errors import UserInputError
 
 if TYPE_CHECKING:
-    from lnserve.app.galleries.store import GalleryStore
+    from ..galleries.store import GalleryStore
 
 gallery_app = typer.Typer(help="Build, list and remove retrieval galleries.", no_args_is_help=True)
 
@@ -39,8 +40,8 @@ DirOpt = Annotated[
 
 def _store(root: Path | None) -> GalleryStore:
     """The gallery root and scorer come from the flag, else from the service's own settings (LNSERVE_*)."""
-    from lnserve.app.galleries.store import GalleryStore
-    from lnserve.app.settings import Settings
+    from ..galleries.store import GalleryStore
+    from ..settings import Settings
 
     settings = Settings()
     return GalleryStore(root if root is not None else settings.galleries_dir, scorer=settings.scorer)
@@ -48,7 +49,7 @@ def _store(root: Path | None) -> GalleryStore:
 
 def _read_payloads(path: Path, expected: int) -> list[Any]:
     """One JSON value per line, nested as deep as a stored payload may be; the count must match the items."""
-    from lnserve.app.galleries.rules import PAYLOAD_MAX_DEPTH
+    from ..galleries.rules import PAYLOAD_MAX_DEPTH
 
     lines = read_lines(path)
     if len(lines) != expected:
@@ -82,8 +83,8 @@ def build(
     backend: BackendOpt = DEFAULT_BACKEND,
 ) -> None:
     """Encode captions or image features with MODEL and store them as gallery NAME."""
-    from lnserve.app.galleries.store import ModelRef
-    from lnserve.app.runtime.engine import Engine
+    from ..galleries.store import ModelRef
+    from ..runtime.engine import Engine
 
     if (captions is None) == (images is None):
         raise UserInputError("give exactly one of --captions and --images")
@@ -129,8 +130,8 @@ def ls(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List galleries: name, kind, items, dim, model and score direction."""
-    from lnserve.app.galleries.layout import CorruptGallery
-    from lnserve.app.runtime.retrieval import score_info
+    from ..galleries.layout import CorruptGallery
+    from ..runtime.retrieval import score_info
 
     infos = _store(galleries_dir).list()
     if as_json:
@@ -159,7 +160,7 @@ def rm(
 
 
 def _valid_name(value: str) -> str:
-    from lnserve.app.galleries.rules import check_gallery_name
+    from ..galleries.rules import check_gallery_name
 
     return check_gallery_name(value)
 
@@ -173,7 +174,7 @@ _SHOWN_IDS = 10
 def check(name: NameArg, galleries_dir: DirOpt = None, as_json: JsonOpt = False) -> None:
     """Verify gallery NAME offline without changing it: its files, counters and every row against its
     checksum. Exit 0 when healthy, 2 (with the reason) when damaged."""
-    from lnserve.app.galleries.errors import GalleryCorruptError
+    from ..galleries.errors import GalleryCorruptError
 
     report = _store(galleries_dir).check(name)
     if as_json:

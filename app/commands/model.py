@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.app.runtime.onnx_export import DEFAULT_FORM
+from ..runtime.engine import DEFAULT_BACKEND
+from ..runtime.onnx_export import DEFAULT_FORM
 
 
 def export(
@@ -20,8 +20,9 @@ def export(
     ] = DEFAULT_FORM,
 ) -> None:
     """Export the artifact's encoders to ONNX (written into the artifact, recorded in its manifest)."""
-    from lnserve.app.runtime.onnx_export import export_onnx
     from lnserve.errors import UserInputError
+
+    from ..runtime.onnx_export import export_onnx
 
     if form not in ("scan", "loop", "native"):
         raise UserInputError(f"--form must be scan, loop or native, not {form!r}")
@@ -43,7 +44,7 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Describe a model and the execution provider(s) its sessions actually got."""
-    from lnserve.app.runtime.engine import Engine
+    from ..runtime.engine import Engine
 
     engine = Engine.open(model_dir, backend=backend, providers=provider, strict=strict, precision=precision)
     m = engine.artifact.manifest

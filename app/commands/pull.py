@@ -9,8 +9,9 @@ from typing import Annotated
 
 import typer
 
-from lnserve.app.commands.common import check_output_dir, stderr_progress
 from lnserve.errors import UserInputError
+
+from .common import check_output_dir, stderr_progress
 
 
 def pull(
@@ -80,7 +81,7 @@ def pull(
     ] = None,
 ) -> None:
     """Download a published checkpoint set and convert it into a servable model artifact DIR/NAME."""
-    from lnserve.app.pull.catalog import get_entry
+    from ..pull.catalog import get_entry
 
     if list_:
         _print_catalog()
@@ -88,9 +89,9 @@ def pull(
     if name is None:
         raise UserInputError("give a NAME to pull (see `lnserve pull --list`)")
     check_output_dir(root, "--dir")
-    from lnserve.app.pull.download import Limits, RetryPolicy
-    from lnserve.app.pull.install import PullOptions
-    from lnserve.app.pull.install import pull as run_pull
+    from ..pull.download import Limits, RetryPolicy
+    from ..pull.install import PullOptions
+    from ..pull.install import pull as run_pull
 
     entry = get_entry(name)
     options = PullOptions(
@@ -150,7 +151,7 @@ def _print_catalog() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from lnserve.app.pull.catalog import CATALOG
+    from ..pull.catalog import CATALOG
 
     table = Table("name", "family", "cell", "files", "size", "description", box=None, pad_edge=False)
     for e in CATALOG.values():

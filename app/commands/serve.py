@@ -11,8 +11,8 @@ from lnserve.errors import UserInputError
 from lnserve.extras import require, require_installed
 
 if TYPE_CHECKING:
-    from lnserve.app.serving.registry import ModelDirs
-    from lnserve.app.settings import Settings
+    from ..serving.registry import ModelDirs
+    from ..settings import Settings
 
 
 def serve(
@@ -72,10 +72,10 @@ def serve(
     ] = None,
 ) -> None:
     """Serve models over HTTP (API docs at /docs). Every setting also reads LNSERVE_<NAME>."""
-    from lnserve.app.http.server import serve_app
-    from lnserve.app.log_setup import configure_logging
-    from lnserve.app.serving.registry import demo_if_empty, resolve_model_dirs
-    from lnserve.app.settings import load_settings
+    from ..http.server import serve_app
+    from ..log_setup import configure_logging
+    from ..serving.registry import demo_if_empty, resolve_model_dirs
+    from ..settings import load_settings
 
     overrides: dict[str, Any] = {
         k: v
@@ -111,8 +111,8 @@ def serve(
 def _require_torch_where_needed(settings: Settings, model_dirs: ModelDirs) -> None:
     """``--backend torch``, or a model only torch runs, without torch installed: one line naming the extra,
     before any model loads or the port is bound (not a failed start-up after both)."""
-    from lnserve.app.runtime.engine import needs_torch
-    from lnserve.converters.artifact import Artifact
+    from ...converters.artifact import Artifact
+    from ..runtime.engine import needs_torch
 
     if settings.backend == "torch":
         require("torch", "torch", "--backend torch")
@@ -132,7 +132,7 @@ def _serve_on_ray(settings: Settings, *flags: Any) -> None:
     # not imported here: Ray reads RAY_DEDUP_LOGS and others when imported, and serve_on_ray sets them first
     # (imported before, it merged the replicas' access-log lines into "[repeated 2x across cluster]")
     require_installed("ray", "ray", "--ray")
-    from lnserve.app.scale.launch import RayOptions, serve_on_ray
+    from ..scale.launch import RayOptions, serve_on_ray
 
     replicas, min_replicas, max_replicas, shards, address, replica_cpus, shard_cpus, ingress = flags
     opts = RayOptions(

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
-from lnserve.app.commands.common import check_output_dir, load_matrix, read_lines
 from lnserve.errors import UserInputError
 from lnserve.extras import require
+
+from .common import check_output_dir, load_matrix, read_lines
 
 train_app = typer.Typer(help="Train or fine-tune encoders; generate the demo world.", no_args_is_help=True)
 
@@ -23,7 +24,7 @@ DEMO_DESCRIPTION = (
 
 
 def _pairs(captions: Path, images: Path) -> Any:
-    from lnserve.app.training.trainer import PairData
+    from ..training.trainer import PairData
 
     return PairData(read_lines(captions), load_matrix(images, "image features"))
 
@@ -36,8 +37,8 @@ def _load_data(
     dev_images: Path | None,
 ) -> tuple[Any, Any, str]:
     """(train, dev or None, data label) from --world or from the caption/feature files."""
-    from lnserve.app.training.trainer import PairData
-    from lnserve.app.training.world import DEMO_WORLD_SEED, SPLITS, World
+    from ..training.trainer import PairData
+    from ..training.world import DEMO_WORLD_SEED, SPLITS, World
 
     if world is not None:
         if captions or images or dev_captions or dev_images:
@@ -62,8 +63,8 @@ def _load_data(
 
 def _from_artifact(path: Path, cfg: Any, method: str | None) -> tuple[Any, dict[str, Any]]:
     """Recipe fields the artifact fixes (cell, dims, method, pRMS) and the Trainer's starting point."""
-    from lnserve.app.runtime.torch_backend import build_module
-    from lnserve.converters.artifact import read_artifact
+    from ...converters.artifact import read_artifact
+    from ..runtime.torch_backend import build_module
 
     art = read_artifact(path)
     if art.family != "order-embedding":
@@ -142,9 +143,9 @@ def train_order_embedding(
 ) -> None:
     """Train (or fine-tune with --from-artifact) an order-embedding model; write an artifact."""
     require("torch", "torch", "lnserve train order-embedding")  # before any file is read or written
-    from lnserve.app.training.checkpoint import checkpoint_dir, load_checkpoint
-    from lnserve.app.training.trainer import TrainConfig, Trainer, resolve_device, write_trained
-    from lnserve.converters.artifact import model_name
+    from ...converters.artifact import model_name
+    from ..training.checkpoint import checkpoint_dir, load_checkpoint
+    from ..training.trainer import TrainConfig, Trainer, resolve_device, write_trained
 
     check_output_dir(out)
     if out.exists() and any(out.iterdir()) and not force:
@@ -243,7 +244,7 @@ def world_cmd(
     seed: Annotated[int | None, typer.Option(help="World seed (default: the demo's).")] = None,
 ) -> None:
     """Write the synthetic demo world: {train,dev,test}_caps.txt, _ims.npy, _scenes.jsonl, world.json."""
-    from lnserve.app.training.world import DEMO_WORLD_SEED, write_world
+    from ..training.world import DEMO_WORLD_SEED, write_world
 
     check_output_dir(out)
     info = write_world(out, seed=DEMO_WORLD_SEED if seed is None else seed)

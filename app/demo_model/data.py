@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.converters.artifact import MANIFEST
-from lnserve.converters.errors import ArtifactError
+from ...converters.artifact import MANIFEST
+from ...converters.errors import ArtifactError
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo_model"
 

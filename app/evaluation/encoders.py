@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lnserve.app.evaluation.protocols import Bar, no_bar
-from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine
-from lnserve.app.runtime.text import tokenizer_for
+from ..runtime.engine import DEFAULT_BACKEND, Engine
+from ..runtime.text import tokenizer_for
+from .protocols import Bar, no_bar
 
 
 class EngineEncoder:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lnserve.app.evaluation.folds import DegenerateSplit
+from .folds import DegenerateSplit
 
 
 def _require_sklearn() -> None:

@@ -15,8 +15,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from lnserve.app.evaluation import datasets as ds
-from lnserve.app.evaluation.folds import (
+from . import datasets as ds
+from .folds import (
     C_GRID,
     DegenerateSplit,
     TooFewItems,
@@ -24,7 +24,7 @@ from lnserve.app.evaluation.folds import (
     kfold,
     shuffled_order,
 )
-from lnserve.app.evaluation.linear import Problem, fit_batched, fit_liblinear, predict_batched
+from .linear import Problem, fit_batched, fit_liblinear, predict_batched
 
 TASKS = ("sick-r", "sick-e", "mr", "cr", "subj", "mpqa", "trec", "msrp", "sts14")
 K = 10
@@ -267,7 +267,7 @@ def f1(y: np.ndarray, yhat: np.ndarray) -> float:
 
 
 def _tokenised(texts: Sequence[str]) -> list[str]:
-    from lnserve.models.tokenize import word_tokenize
+    from ...models.tokenize import word_tokenize
 
     return [" ".join(word_tokenize(t)) for t in texts]  # the loader's ' '.join(word_tokenize(s))
 
@@ -297,7 +297,7 @@ def msrp(ctx: Context) -> dict[str, Any]:
 def sick_r(ctx: Context) -> dict[str, Any]:
     from scipy.stats import spearmanr
 
-    from lnserve.app.evaluation.relatedness import encode_labels, expected_score, pearson, train_softmax
+    from .relatedness import encode_labels, expected_score, pearson, train_softmax
 
     train, trial, test = ds.read_sick(ctx.data, "sick-r")
     order = shuffled_order(len(train.y), ctx.seed)  # sklearn.utils.shuffle(A, B, scores, random_state=seed)
@@ -373,7 +373,7 @@ def sts14(ctx: Context) -> dict[str, Any]:
     ``<eos>`` on, as SentEval's skip-thoughts batcher."""
     from scipy.stats import pearsonr, spearmanr
 
-    from lnserve.app.evaluation.relatedness import require_varying
+    from .relatedness import require_varying
 
     sets = ds.read_sts14(ctx.data)
     per: dict[str, dict[str, float]] = {}

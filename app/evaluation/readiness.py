@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lnserve.app.evaluation import datasets as ds
 from lnserve.extras import require
+
+from . import datasets as ds
 
 READERS = {
     "mr": lambda d: ds.read_binary(d, "mr"),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from lnserve.app.evaluation.folds import DegenerateSplit
+from .folds import DegenerateSplit
 
 CLASSES = 5
 RATINGS = np.arange(1, CLASSES + 1, dtype=np.float64)

@@ -28,12 +28,12 @@ def prepare(params: MutableMapping[str, Any], samples: Sequence[Sequence[str]]) 
             "params['lnserve_url'] (a running lnserve server, e.g. http://127.0.0.1:8000)"
         )
     if url is not None:
-        from lnserve.app.evaluation.http_encoder import HttpEncoder
+        from .http_encoder import HttpEncoder
 
         params[ENCODER_KEY] = HttpEncoder(str(url), params.get("lnserve_name"))
     else:
-        from lnserve.app.evaluation.encoders import EngineEncoder
-        from lnserve.app.runtime.engine import DEFAULT_BACKEND
+        from ..runtime.engine import DEFAULT_BACKEND
+        from .encoders import EngineEncoder
 
         assert model is not None  # exactly one of the two (checked above)
         params[ENCODER_KEY] = EngineEncoder.open(

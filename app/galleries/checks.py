@@ -13,12 +13,14 @@ import os
 import sqlite3
 from typing import TYPE_CHECKING
 
-from lnserve.app.galleries import integrity
-from lnserve.app.galleries.errors import (
+from lnserve.errors import StorageFullError
+
+from . import integrity
+from .errors import (
     GalleryCorruptError,
     GalleryNotFoundError,
 )
-from lnserve.app.galleries.layout import (
+from .layout import (
     LOCK,
     VECTORS,
     CheckReport,
@@ -28,15 +30,14 @@ from lnserve.app.galleries.layout import (
     RepairReport,
     _State,
 )
-from lnserve.app.galleries.sqlite_faults import (
+from .sqlite_faults import (
     _MALFORMED_BLOCK,
     _items_fault,
 )
-from lnserve.app.galleries.use_guards import _out_of_space_reported, _removal_reported
-from lnserve.errors import StorageFullError
+from .use_guards import _out_of_space_reported, _removal_reported
 
 if TYPE_CHECKING:
-    from lnserve.app.galleries.store import GalleryStore
+    from .store import GalleryStore
 
 log = logging.getLogger("lnserve.galleries")
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.app.galleries.errors import GalleryNotFoundError
-from lnserve.app.galleries.layout import GalleryInfo
-from lnserve.app.galleries.protocol import GalleryStoreAPI
-from lnserve.app.runtime.model_ref import ModelRef
+from ..runtime.model_ref import ModelRef
+from .errors import GalleryNotFoundError
+from .layout import GalleryInfo
+from .protocol import GalleryStoreAPI
 
 log = logging.getLogger("lnserve.galleries")
 
@@ -41,7 +41,7 @@ def shipped_demo() -> ShippedDemo:
     Raises:
         ArtifactError: the package lacks the demo (run ``make demo-model``).
     """
-    from lnserve.app.demo_model import data as demo
+    from ..demo_model import data as demo
 
     return ShippedDemo(demo.ensure_demo_artifact(), demo.DEMO_NAME, demo.demo_gallery_data)
 
@@ -56,8 +56,8 @@ def install_demo_gallery(store: GalleryStoreAPI, *, engine: Any = None) -> Galle
     Returns:
         The gallery's info. A gallery of that name made by a model other than the demo is left alone.
     """
-    from lnserve.app.runtime.engine import DEFAULT_BACKEND, Engine, open_backend
-    from lnserve.converters.artifact import read_artifact
+    from ...converters.artifact import read_artifact
+    from ..runtime.engine import DEFAULT_BACKEND, Engine, open_backend
 
     demo = shipped_demo()
     artifact = engine.artifact if engine is not None else read_artifact(demo.path)

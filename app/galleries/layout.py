@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.app.runtime.retrieval import score_info
+from ..runtime.retrieval import score_info
 
 KINDS = ("images", "captions")
 

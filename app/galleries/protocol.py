@@ -16,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from lnserve.app.galleries.layout import GalleryEntry, GalleryInfo
-from lnserve.app.galleries.store import ModelRef
+from .layout import GalleryEntry, GalleryInfo
+from .store import ModelRef
 
 
 @runtime_checkable

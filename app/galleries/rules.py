@@ -9,20 +9,20 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.app.galleries.errors import (
+from ...converters import bounded_json
+from ...converters.bounded_json import check_depth
+from ..runtime.model_ref import ModelRef
+from ..runtime.retrieval import Side
+from .errors import (
     GalleryCorruptError,
     GalleryInputError,
     GalleryMismatchError,
 )
-from lnserve.app.galleries.layout import (
+from .layout import (
     DB,
     KINDS,
     GalleryInfo,
 )
-from lnserve.app.runtime.model_ref import ModelRef
-from lnserve.app.runtime.retrieval import Side
-from lnserve.converters import bounded_json
-from lnserve.converters.bounded_json import check_depth
 
 # The one definition of a gallery name (store, HTTP schemas, CLI); always matched whole (``fullmatch``): a
 # ``$`` anchor would also match before a trailing newline and let ``"evil\n"`` become a directory name.

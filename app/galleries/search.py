@@ -10,31 +10,31 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lnserve.app.galleries.errors import (
+from ..runtime.model_ref import ModelRef
+from ..runtime.retrieval import get_kernel, score_info, top_k
+from .errors import (
     GalleryCorruptError,
     GalleryInputError,
 )
-from lnserve.app.galleries.layout import (
+from .layout import (
     MAX_K,
     MAX_QUERIES,
     VECTORS,
     GalleryInfo,
     _Snapshot,
 )
-from lnserve.app.galleries.rules import (
+from .rules import (
     _as_matrix,
     _load_payload,
     _query_side,
 )
-from lnserve.app.galleries.sqlite_faults import (
+from .sqlite_faults import (
     _SQL_VARS,
 )
-from lnserve.app.galleries.use_guards import _out_of_space_reported, _removal_reported
-from lnserve.app.runtime.model_ref import ModelRef
-from lnserve.app.runtime.retrieval import get_kernel, score_info, top_k
+from .use_guards import _out_of_space_reported, _removal_reported
 
 if TYPE_CHECKING:
-    from lnserve.app.galleries.store import GalleryStore
+    from .store import GalleryStore
 
 
 class GallerySearch:

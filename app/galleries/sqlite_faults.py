@@ -17,11 +17,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from lnserve.app.galleries import integrity
-from lnserve.app.galleries.errors import (
+from ...converters.artifact import FAMILIES
+from ..runtime.retrieval import metric_for
+from . import integrity
+from .errors import (
     GalleryCorruptError,
 )
-from lnserve.app.galleries.layout import (
+from .layout import (
     DB,
     KINDS,
     LOCK,
@@ -29,8 +31,6 @@ from lnserve.app.galleries.layout import (
     VECTORS,
     GalleryInfo,
 )
-from lnserve.app.runtime.retrieval import metric_for
-from lnserve.converters.artifact import FAMILIES
 
 _SQL_VARS = 500  # rows per IN (...) query, under SQLite's variable limit
 

@@ -44,9 +44,15 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.app.galleries import integrity
-from lnserve.app.galleries.checks import GalleryChecks
-from lnserve.app.galleries.errors import (
+from lnserve.storage import storage_full
+
+from ...converters import bounded_json
+from ...converters.url_segment import SEGMENT_RULE, segment_fault
+from ..runtime.model_ref import ModelRef
+from ..runtime.retrieval import metric_for
+from . import integrity
+from .checks import GalleryChecks
+from .errors import (
     DuplicateItemError,
     GalleryCorruptError,
     GalleryExistsError,
@@ -56,7 +62,7 @@ from lnserve.app.galleries.errors import (
     InvalidItemIdError,
     ItemNotFoundError,
 )
-from lnserve.app.galleries.layout import (
+from .layout import (
     DB,
     KINDS,
     LOCK,
@@ -68,7 +74,7 @@ from lnserve.app.galleries.layout import (
     _State,
     default_root,
 )
-from lnserve.app.galleries.rules import (
+from .rules import (
     _NAME,
     GALLERY_NAME_RULE,
     _as_matrix,
@@ -79,8 +85,8 @@ from lnserve.app.galleries.rules import (
     check_gallery_name,
     new_item_id,
 )
-from lnserve.app.galleries.search import GallerySearch
-from lnserve.app.galleries.sqlite_faults import (
+from .search import GallerySearch
+from .sqlite_faults import (
     _counters,
     _creation_alive,
     _db_faults,
@@ -91,12 +97,7 @@ from lnserve.app.galleries.sqlite_faults import (
     _meta_values,
     _short_reason,
 )
-from lnserve.app.galleries.use_guards import _out_of_space_reported, _removal_reported
-from lnserve.app.runtime.model_ref import ModelRef
-from lnserve.app.runtime.retrieval import metric_for
-from lnserve.converters import bounded_json
-from lnserve.converters.url_segment import SEGMENT_RULE, segment_fault
-from lnserve.storage import storage_full
+from .use_guards import _out_of_space_reported, _removal_reported
 
 log = logging.getLogger("lnserve.galleries")
 

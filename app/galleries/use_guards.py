@@ -8,11 +8,12 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lnserve.app.galleries.errors import GalleryCorruptError
 from lnserve.storage import out_of_space_reported
 
+from .errors import GalleryCorruptError
+
 if TYPE_CHECKING:
-    from lnserve.app.galleries.store import GalleryStore
+    from .store import GalleryStore
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 

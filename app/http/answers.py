@@ -29,8 +29,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lnserve.app.serving.memory import trim_heap
 from lnserve.errors import UserInputError
+
+from ..serving.memory import trim_heap
 
 # the most orjson writes for one float32 with its separator ("-1.2345678e-05,"): an upper bound, so an answer
 # of vectors that passes the check up front cannot pass the bound when written

@@ -47,11 +47,14 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lnserve.app.http.deps import runtime_dependant
-from lnserve.app.http.errors import is_json
-from lnserve.app.http.schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
-from lnserve.app.http.schemas.retrieval import ItemsAdd, RetrieveRequest
-from lnserve.app.http.schemas.tei import (
+from lnserve.errors import LnserveError
+
+from ..serving.errors import TooManySentencesError
+from .deps import runtime_dependant
+from .errors import is_json
+from .schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
+from .schemas.retrieval import ItemsAdd, RetrieveRequest
+from .schemas.tei import (
     SimilarityInput,
     TEIDecodeRequest,
     TEIEmbedAllRequest,
@@ -59,9 +62,7 @@ from lnserve.app.http.schemas.tei import (
     TEIRootRequest,
     TEISimilarityRequest,
 )
-from lnserve.app.http.schemas.tokenize_score import ScoreRequest, TokenizeRequest
-from lnserve.app.serving.errors import TooManySentencesError
-from lnserve.errors import LnserveError
+from .schemas.tokenize_score import ScoreRequest, TokenizeRequest
 
 log = logging.getLogger("lnserve.body")
 

@@ -28,9 +28,9 @@ from collections import Counter
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope
 
-from lnserve.app.http.client_identity import client_key
-from lnserve.app.http.errors import RequestTimeoutError
-from lnserve.app.serving.errors import OverloadedError, RequestTooLargeError
+from ..serving.errors import OverloadedError, RequestTooLargeError
+from .client_identity import client_key
+from .errors import RequestTimeoutError
 
 __all__ = ["BodyReader", "has_body", "replay", "too_large"]
 

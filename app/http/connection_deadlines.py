@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
-from lnserve.app.http.head_limits import MAX_HEADER_BYTES, MAX_URL_BYTES, HttpToolsHeadLimits
+from .head_limits import MAX_HEADER_BYTES, MAX_URL_BYTES, HttpToolsHeadLimits
 
 _BACKSTOP_GRACE_S = 1.0  # after body_timeout_s: the middleware's JSON 408 goes first
 

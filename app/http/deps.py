@@ -10,10 +10,10 @@ from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from lnserve.app.galleries.store import GalleryStore
-from lnserve.app.http.disconnects import cancel_on_disconnect
-from lnserve.app.serving.registry import ModelRegistry
-from lnserve.app.settings import Settings
+from ..galleries.store import GalleryStore
+from ..serving.registry import ModelRegistry
+from ..settings import Settings
+from .disconnects import cancel_on_disconnect
 
 __all__ = ["cancel_on_disconnect"]  # re-exported: the routes import it from here
 _bearer = HTTPBearer(auto_error=False, description="Required only when LNSERVE_API_KEY is set.")

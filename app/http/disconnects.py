@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.types import Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from lnserve.app.serving.errors import ClientClosedError
+from ..serving.errors import ClientClosedError
 
 T = TypeVar("T")
 EXTENSION = "lnserve.connection_loss"

@@ -60,9 +60,10 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from lnserve.app.serving.batcher import BatchError, ModelUnavailableError, QueueFullError, ShuttingDownError
-from lnserve.app.serving.errors import UnauthorizedError
 from lnserve.errors import LnserveError, UserInputError
+
+from ..serving.batcher import BatchError, ModelUnavailableError, QueueFullError, ShuttingDownError
+from ..serving.errors import UnauthorizedError
 
 log = logging.getLogger("lnserve.errors")
 

@@ -30,8 +30,8 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from lnserve.app.http.disconnects import LossSignallingProtocol
-from lnserve.app.http.protocol_errors import Refusals
+from .disconnects import LossSignallingProtocol
+from .protocol_errors import Refusals
 
 MAX_URL_BYTES = 8192
 MAX_HEADER_BYTES = 65536

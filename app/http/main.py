@@ -19,24 +19,25 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 from starlette.routing import BaseRoute, Mount
 
-from lnserve.app.galleries.demo import install_demo_gallery
-from lnserve.app.galleries.errors import GalleryCorruptError
-from lnserve.app.galleries.layout import CorruptGallery, GalleryEntry, GalleryInfo
-from lnserve.app.galleries.store import GalleryStore
-from lnserve.app.http.body_parsing import BodyParser
-from lnserve.app.http.deps import require_api_key
-from lnserve.app.http.errors import install_error_handlers
-from lnserve.app.http.lifecycle import Lifecycle
-from lnserve.app.http.metrics import Metrics
-from lnserve.app.http.middleware import RequestContextMiddleware
-from lnserve.app.http.routes import ROUTER_MODULES
-from lnserve.app.http.schemas import ErrorBody
-from lnserve.app.serving.errors import ModelLoadError
-from lnserve.app.serving.galleries import warm_scorer
-from lnserve.app.serving.registry import ModelDirs, ModelRegistry
-from lnserve.app.settings import Settings
 from lnserve.errors import LnserveError
 from lnserve.extras import MissingExtraError
+
+from ..galleries.demo import install_demo_gallery
+from ..galleries.errors import GalleryCorruptError
+from ..galleries.layout import CorruptGallery, GalleryEntry, GalleryInfo
+from ..galleries.store import GalleryStore
+from ..serving.errors import ModelLoadError
+from ..serving.galleries import warm_scorer
+from ..serving.registry import ModelDirs, ModelRegistry
+from ..settings import Settings
+from .body_parsing import BodyParser
+from .deps import require_api_key
+from .errors import install_error_handlers
+from .lifecycle import Lifecycle
+from .metrics import Metrics
+from .middleware import RequestContextMiddleware
+from .routes import ROUTER_MODULES
+from .schemas import ErrorBody
 
 log = logging.getLogger("lnserve.app")
 

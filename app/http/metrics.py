@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
-from lnserve.app.serving.timing import RequestTiming
+from ..serving.timing import RequestTiming
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)

@@ -26,18 +26,19 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lnserve.app.http.api_key import key_matches
-from lnserve.app.http.body_reading import BodyReader, has_body, replay, too_large
-from lnserve.app.http.client_identity import client_host
-from lnserve.app.http.errors import ShuttingDownError, error_response, http_status
-from lnserve.app.http.lifecycle import Lifecycle
-from lnserve.app.http.metrics import Metrics
-from lnserve.app.http.request_ids import new_request_id
-from lnserve.app.log_setup import ACCESS_LOGGER
-from lnserve.app.serving.deadlines import parse_timeout_ms
-from lnserve.app.serving.errors import OverloadedError, RequestTooLargeError, UnauthorizedError
-from lnserve.app.serving.timing import RequestTiming, current_timing
 from lnserve.errors import LnserveError
+
+from ..log_setup import ACCESS_LOGGER
+from ..serving.deadlines import parse_timeout_ms
+from ..serving.errors import OverloadedError, RequestTooLargeError, UnauthorizedError
+from ..serving.timing import RequestTiming, current_timing
+from .api_key import key_matches
+from .body_reading import BodyReader, has_body, replay, too_large
+from .client_identity import client_host
+from .errors import ShuttingDownError, error_response, http_status
+from .lifecycle import Lifecycle
+from .metrics import Metrics
+from .request_ids import new_request_id
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("lnserve.errors")

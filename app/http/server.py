@@ -25,14 +25,15 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LifespanType
 
-from lnserve.app.http.connection_deadlines import deadline_protocol
-from lnserve.app.http.head_limits import h11_protocol
-from lnserve.app.http.lifecycle import Lifecycle
-from lnserve.app.http.main import create_app
-from lnserve.app.serving.registry import ModelDirs, resolve_model_dirs
-from lnserve.app.settings import Settings
-from lnserve.converters.artifact import read_artifact
 from lnserve.errors import UserInputError
+
+from ...converters.artifact import read_artifact
+from ..serving.registry import ModelDirs, resolve_model_dirs
+from ..settings import Settings
+from .connection_deadlines import deadline_protocol
+from .head_limits import h11_protocol
+from .lifecycle import Lifecycle
+from .main import create_app
 
 log = logging.getLogger("lnserve.server")
 _UVICORN_GRACE_S = 1.0  # uvicorn's own cancel comes this long after our drain deadline, as a backstop

@@ -12,7 +12,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from lnserve.app.pull.errors import UnsafeArchiveError
+from .errors import UnsafeArchiveError
 
 _CHUNK = 1 << 20
 MAX_MEMBER_BYTES = 1 << 30  # the published order-embedding snapshots are tens of MB each

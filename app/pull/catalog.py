@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from lnserve.app.pull.errors import UnknownCatalogEntryError
+from .errors import UnknownCatalogEntryError
 
 _TORONTO_RKIROS = "http://www.cs.toronto.edu/~rkiros"
 _SKIP_MODELS = f"{_TORONTO_RKIROS}/models"

@@ -27,7 +27,10 @@ from pathlib import Path
 
 import httpx
 
-from lnserve.app.pull.errors import (
+from lnserve.errors import shown
+from lnserve.hashing import sha256_file
+
+from .errors import (
     ChecksumMismatchError,
     DeadlineExceededError,
     OfflineError,
@@ -36,8 +39,6 @@ from lnserve.app.pull.errors import (
     StalledDownloadError,
     TruncatedDownloadError,
 )
-from lnserve.errors import shown
-from lnserve.hashing import sha256_file
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total bytes or None)
 

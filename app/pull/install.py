@@ -20,19 +20,20 @@ from typing import Any
 
 import httpx
 
-from lnserve.app.pull.archive import extract_members
-from lnserve.app.pull.catalog import CatalogEntry, RemoteFile, source_url
-from lnserve.app.pull.download import Downloaded, Limits, Progress, RetryPolicy, download
-from lnserve.app.pull.errors import (
+from lnserve.hashing import sha256_file
+
+from ...converters.artifact import MANIFEST, model_name, read_artifact, staging_dir, write_json
+from ...converters.errors import ArtifactError
+from ..runtime.onnx_export import export_onnx
+from .archive import extract_members
+from .catalog import CatalogEntry, RemoteFile, source_url
+from .download import Downloaded, Limits, Progress, RetryPolicy, download
+from .errors import (
     ChecksumMismatchError,
     MissingFilesError,
     PullError,
     UnpublishedFileError,
 )
-from lnserve.app.runtime.onnx_export import export_onnx
-from lnserve.converters.artifact import MANIFEST, model_name, read_artifact, staging_dir, write_json
-from lnserve.converters.errors import ArtifactError
-from lnserve.hashing import sha256_file
 
 log = logging.getLogger("lnserve.pull")
 
@@ -239,12 +240,12 @@ def _local_record(path: Path, expected: str | None, *, member: str | None = None
 def _convert(entry: CatalogEntry, work: Path, out: Path, name: str, options: PullOptions) -> dict[str, Any]:
     cell = options.cell
     if entry.converter == "order-embedding":
-        from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
+        from ...converters.order_embedding import read_order_embedding, write_order_embedding
 
         model = read_order_embedding(work / entry.args["prefix"], cell=cell)
         return write_order_embedding(model, out, name=name, overwrite=True)
     if entry.converter == "skip-thoughts":
-        from lnserve.converters.skip_thoughts import convert_skip_thoughts
+        from ...converters.skip_thoughts import convert_skip_thoughts
 
         uni, bi = entry.args.get("uni"), entry.args.get("bi")
         return convert_skip_thoughts(
@@ -257,7 +258,7 @@ def _convert(entry: CatalogEntry, work: Path, out: Path, name: str, options: Pul
             overwrite=True,
         )
     if entry.converter == "skip-thoughts-training":
-        from lnserve.converters.skip_thoughts_training import convert_skip_thoughts_training
+        from ...converters.skip_thoughts_training import convert_skip_thoughts_training
 
         assert options.dictionary is not None  # _check_user_files
         return convert_skip_thoughts_training(

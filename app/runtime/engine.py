@@ -15,18 +15,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from lnserve.app.runtime.bucketing import length_batches, pad_ids, reverse_padded
-from lnserve.app.runtime.errors import EncodeInputError, ProviderUnavailableError
-from lnserve.app.runtime.scoring import error_matrix
-from lnserve.app.runtime.text import (
+from lnserve.extras import require
+
+from ...converters.artifact import Artifact, read_artifact
+from .bucketing import length_batches, pad_ids, reverse_padded
+from .errors import EncodeInputError, ProviderUnavailableError
+from .scoring import error_matrix
+from .text import (
     MODEL,
     OrderVocabulary,
     TableVocabulary,
     tokenizer_for,
     unk_counts,
 )
-from lnserve.converters.artifact import Artifact, read_artifact
-from lnserve.extras import require
 
 log = logging.getLogger("lnserve.runtime")
 
@@ -105,11 +106,11 @@ def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
         backend = "torch"
     if backend == "torch":
         require("torch", "torch", "--backend torch")
-        from lnserve.app.runtime.torch_backend import TorchBackend
+        from .torch_backend import TorchBackend
 
         return TorchBackend(artifact, threads=options.get("threads"))
     if backend == "onnx":
-        from lnserve.app.runtime.onnx_backend import OnnxBackend
+        from .onnx_backend import OnnxBackend
 
         return OnnxBackend(artifact, **options)
     raise EncodeInputError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")

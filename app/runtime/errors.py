@@ -11,8 +11,9 @@ LnserveError
 
 from __future__ import annotations
 
-from lnserve.converters.errors import ArtifactError
 from lnserve.errors import LnserveError, UserInputError
+
+from ...converters.errors import ArtifactError
 
 
 class EncodeInputError(UserInputError):

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lnserve.converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
 from lnserve.hashing import sha256_file
+
+from ...converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
 
 
 class PinnedModel(Protocol):

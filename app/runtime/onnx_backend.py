@@ -17,17 +17,17 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from lnserve.app.runtime.errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
-from lnserve.app.runtime.fused_op import FUSED_CELLS
-from lnserve.app.runtime.fused_op.loader import fused_op_status, register
-from lnserve.app.runtime.onnx_export import (
+from ...converters.artifact import Artifact
+from .errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
+from .fused_op import FUSED_CELLS
+from .fused_op.loader import fused_op_status, register
+from .onnx_export import (
     DEFAULT_FORM,
     EXPORT_FORMAT,
     PRECISIONS,
     build_fp16_graphs,
     build_graphs,
 )
-from lnserve.converters.artifact import Artifact
 
 log = logging.getLogger("lnserve.runtime")
 

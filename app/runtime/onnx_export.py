@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from lnserve.app.runtime.errors import OnnxModelError
-from lnserve.app.runtime.fused_op import FUSED_CELLS
-from lnserve.app.runtime.onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
-from lnserve.converters.artifact import SKIP_PART_MODULES, Artifact, add_files, read_artifact
+from ...converters.artifact import SKIP_PART_MODULES, Artifact, add_files, read_artifact
+from .errors import OnnxModelError
+from .fused_op import FUSED_CELLS
+from .onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 
 EXPORT_FORMAT = 1  # bump when the graph I/O contract changes; the runtime refuses newer ones
 DEFAULT_OPSET = 18

@@ -25,8 +25,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from lnserve.app.runtime import numba_kernel
-from lnserve.app.runtime.numba_kernel import _data
+from . import numba_kernel
+from .numba_kernel import _data
 
 LANES = 16
 SAMPLE_ROWS = 512  # rows measured per search for the block order and the first k-th best

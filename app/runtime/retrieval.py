@@ -124,7 +124,7 @@ class NumbaKernel:
     name = "numba"
 
     def __init__(self, threads: int | None = None) -> None:
-        from lnserve.app.runtime import numba_kernel
+        from . import numba_kernel
 
         self._nk = numba_kernel
         self._split = _RowSplit(threads)
@@ -166,7 +166,7 @@ class PrunedKernel(NumbaKernel):
 
     def __init__(self, threads: int | None = None) -> None:
         super().__init__(threads)
-        from lnserve.app.runtime.order_pruning import PrunedSearch
+        from .order_pruning import PrunedSearch
 
         self._search = PrunedSearch(self._split.threads)
         self._search.warm()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lnserve.models.methods import METHODS
+from ...models.methods import METHODS
 
 
 def order_violation(captions: np.ndarray, images: np.ndarray, *, budget: int = 1 << 22) -> np.ndarray:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.models.tokenize import get_tokenizer, whitespace_tokens
+from ...models.tokenize import get_tokenizer, whitespace_tokens
+from .errors import EncodeInputError
 
 EOS_ID, UNK_ID = 0, 1
 # Where a token's vector comes from (``POST /tokenize``): the model's own vocabulary, the vocabulary

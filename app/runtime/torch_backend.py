@@ -7,10 +7,10 @@ from typing import cast
 import numpy as np
 import torch
 
-from lnserve.converters.artifact import Artifact
-from lnserve.converters.errors import ManifestMismatchError
-from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
-from lnserve.models.recurrence import Recurrence
+from ...converters.artifact import Artifact
+from ...converters.errors import ManifestMismatchError
+from ...models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
+from ...models.recurrence import Recurrence
 
 
 def build_module(artifact: Artifact) -> torch.nn.Module:

@@ -24,14 +24,14 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lnserve.app.http.main import create_app
-from lnserve.app.log_setup import JsonFormatter
-from lnserve.app.scale.galleries import ShardedGalleries
-from lnserve.app.scale.ingress import direct_ingress
-from lnserve.app.scale.metrics import ClusterMetrics, local_families
-from lnserve.app.scale.reload import BROADCAST_TIMEOUT_S, ClusterReload, StagedVersions
-from lnserve.app.serving.registry import WARMUP_SENTENCE, ModelRegistry
-from lnserve.app.settings import Settings
+from ..http.main import create_app
+from ..log_setup import JsonFormatter
+from ..serving.registry import WARMUP_SENTENCE, ModelRegistry
+from ..settings import Settings
+from .galleries import ShardedGalleries
+from .ingress import direct_ingress
+from .metrics import ClusterMetrics, local_families
+from .reload import BROADCAST_TIMEOUT_S, ClusterReload, StagedVersions
 
 log = logging.getLogger("lnserve.scale")
 

@@ -25,16 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lnserve.app.galleries.errors import GalleryNotFoundError, ItemNotFoundError
-from lnserve.app.galleries.layout import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo
-from lnserve.app.runtime.model_ref import ModelRef
-from lnserve.app.scale.merge import merge_results
-from lnserve.app.scale.shard_store import shard_label
-from lnserve.app.scale.shards import GALLERIES_APP, raise_first, shard_name
 from lnserve.errors import LnserveError
 
+from ..galleries.errors import GalleryNotFoundError, ItemNotFoundError
+from ..galleries.layout import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo
+from ..runtime.model_ref import ModelRef
+from .merge import merge_results
+from .shard_store import shard_label
+from .shards import GALLERIES_APP, raise_first, shard_name
+
 if TYPE_CHECKING:
-    from lnserve.app.galleries.protocol import GalleryStoreAPI
+    from ..galleries.protocol import GalleryStoreAPI
 
 CALL_TIMEOUT_S = 300.0
 

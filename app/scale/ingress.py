@@ -24,9 +24,9 @@ from contextlib import asynccontextmanager, contextmanager
 
 from fastapi import FastAPI
 
-from lnserve.app.http.lifecycle import Lifecycle
-from lnserve.app.http.server import LnserveServer, bind_socket, uvicorn_config
-from lnserve.app.settings import Settings
+from ..http.lifecycle import Lifecycle
+from ..http.server import LnserveServer, bind_socket, uvicorn_config
+from ..settings import Settings
 
 log = logging.getLogger("lnserve.scale")
 

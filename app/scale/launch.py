@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lnserve.app.galleries.layout import default_root
-from lnserve.app.scale.deployment import INGRESS_APP, INGRESS_DEPLOYMENT, LnserveReplica, Topology
-from lnserve.app.scale.ingress import INGRESS_MODES
-from lnserve.app.scale.proxy import CALLBACK as PROXY_CALLBACK
-from lnserve.app.scale.shards import GALLERIES_APP, GalleryShard, shard_name
-from lnserve.app.scale.watch import WATCH_PERIOD_S, ClusterLostError, ClusterWatch, exit_now, within
-from lnserve.app.settings import Settings
 from lnserve.errors import UserInputError
+
+from ..galleries.layout import default_root
+from ..settings import Settings
+from .deployment import INGRESS_APP, INGRESS_DEPLOYMENT, LnserveReplica, Topology
+from .ingress import INGRESS_MODES
+from .proxy import CALLBACK as PROXY_CALLBACK
+from .shards import GALLERIES_APP, GalleryShard, shard_name
+from .watch import WATCH_PERIOD_S, ClusterLostError, ClusterWatch, exit_now, within
 
 log = logging.getLogger("lnserve.scale")
 
@@ -203,7 +204,7 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
     if direct and settings.port == 0:
         raise UserInputError("--ingress direct needs a fixed --port: every replica listens on the same one")
     if not opts.address:  # the local proxy (or replicas) bind here: a taken port is a one-line error first
-        from lnserve.app.http.server import bind_socket
+        from ..http.server import bind_socket
 
         bind_socket(settings.host, settings.port).close()  # not shareable: fails if anything listens there
     _start_ray(opts)
@@ -276,7 +277,7 @@ def _check_proxy_address(settings: Settings) -> None:
     address where nothing listens."""
     from ray.serve.context import _get_global_client
 
-    from lnserve.app.http.server import AddressInUseError
+    from ..http.server import AddressInUseError
 
     client = _get_global_client()
     assert client is not None  # serve.start just ran
@@ -292,9 +293,9 @@ def _check_proxy_address(settings: Settings) -> None:
 
 def _install_demo_gallery(shards: int) -> None:
     """Once, from here, before the replicas start (each would otherwise race to build it)."""
-    from lnserve.app.galleries.demo import install_demo_gallery
-    from lnserve.app.galleries.errors import GalleryCorruptError
-    from lnserve.app.scale.galleries import ShardedGalleries
+    from ..galleries.demo import install_demo_gallery
+    from ..galleries.errors import GalleryCorruptError
+    from .galleries import ShardedGalleries
 
     try:
         info = install_demo_gallery(ShardedGalleries.connect(shards))

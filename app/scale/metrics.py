@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from lnserve.app.http.metrics import Metrics
+from ..http.metrics import Metrics
 
 log = logging.getLogger("lnserve.scale.metrics")
 BROADCAST_TIMEOUT_S = 10.0

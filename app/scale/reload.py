@@ -29,8 +29,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from lnserve.app.serving.registry import ModelEntry, ModelRegistry, ReloadBusyError, ReloadFailedError
 from lnserve.errors import LnserveError
+
+from ..serving.registry import ModelEntry, ModelRegistry, ReloadBusyError, ReloadFailedError
 
 log = logging.getLogger("lnserve.scale.reload")
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from lnserve.app.galleries.sqlite_faults import _counters, _existing_ids
-from lnserve.app.galleries.store import GalleryStore
-from lnserve.app.runtime.model_ref import ModelRef
+from ..galleries.sqlite_faults import _counters, _existing_ids
+from ..galleries.store import GalleryStore
+from ..runtime.model_ref import ModelRef
 
 PLACEMENT = "placement.sqlite"
 _SQL_VARS = 500

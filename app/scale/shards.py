@@ -22,16 +22,17 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from lnserve.app.galleries.errors import (
+from lnserve.errors import LnserveError
+
+from ..galleries.errors import (
     DuplicateItemError,
     GalleryCorruptError,
     GalleryNotFoundError,
     ItemNotFoundError,
 )
-from lnserve.app.galleries.layout import CorruptGallery, GalleryEntry, GalleryInfo
-from lnserve.app.scale.shard_store import ShardStore, shard_label, shard_root
-from lnserve.app.serving.galleries import warm_scorer
-from lnserve.errors import LnserveError
+from ..galleries.layout import CorruptGallery, GalleryEntry, GalleryInfo
+from ..serving.galleries import warm_scorer
+from .shard_store import ShardStore, shard_label, shard_root
 
 log = logging.getLogger("lnserve.scale.shards")
 

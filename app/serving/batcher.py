@@ -36,9 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lnserve.app.serving.deadlines import request_deadline_s
-from lnserve.app.serving.timing import record_job
 from lnserve.errors import LnserveError
+
+from .deadlines import request_deadline_s
+from .timing import record_job
 
 log = logging.getLogger("lnserve.batcher")
 

@@ -3,7 +3,7 @@ the batcher."""
 
 from __future__ import annotations
 
-from lnserve.app.serving.timing import current_timing
+from .timing import current_timing
 
 MAX_TIMEOUT_MS = 86_400_000.0  # a day: more is a typo
 

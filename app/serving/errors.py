@@ -3,8 +3,9 @@ live in ``app.http.errors``."""
 
 from __future__ import annotations
 
-from lnserve.converters.errors import ArtifactError
 from lnserve.errors import LnserveError, UserInputError
+
+from ...converters.errors import ArtifactError
 
 
 class TooManySentencesError(UserInputError):

@@ -6,14 +6,15 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.galleries.layout import GalleryEntry, GalleryInfo
-from lnserve.app.serving.errors import ModelNotFoundError
 from lnserve.errors import LnserveError
 
+from ..galleries.errors import GalleryMismatchError
+from ..galleries.layout import GalleryEntry, GalleryInfo
+from .errors import ModelNotFoundError
+
 if TYPE_CHECKING:
-    from lnserve.app.galleries.store import GalleryStore
-    from lnserve.app.serving.registry import ModelEntry, ModelRegistry
+    from ..galleries.store import GalleryStore
+    from .registry import ModelEntry, ModelRegistry
 
 log = logging.getLogger("lnserve.galleries")
 
@@ -34,7 +35,7 @@ def warm_scorer(store: GalleryStore) -> None:
 
 
 def _build_scorer(name: str | None) -> None:
-    from lnserve.app.runtime.retrieval import get_kernel
+    from ..runtime.retrieval import get_kernel
 
     try:
         log.info("retrieval scorer ready (%s)", get_kernel(name).name)

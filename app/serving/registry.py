@@ -20,21 +20,22 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from lnserve.app.runtime.engine import Engine, bad_rows, nonfinite_error
-from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.app.runtime.model_ref import ModelRef
-from lnserve.app.serving.batcher import BatchLimits, BatchObserver, MicroBatcher
-from lnserve.app.serving.errors import (
+from lnserve.errors import LnserveError, UserInputError
+
+from ...converters.artifact import MANIFEST, check_model_name, read_manifest
+from ...converters.errors import ArtifactError
+from ..runtime.engine import Engine, bad_rows, nonfinite_error
+from ..runtime.errors import EncodeInputError
+from ..runtime.model_ref import ModelRef
+from ..settings import InvalidSettingError, Settings
+from .batcher import BatchLimits, BatchObserver, MicroBatcher
+from .errors import (
     ModelNotFoundError,
     NotReadyError,
     SentenceTooLongError,
     TooManySentencesError,
 )
-from lnserve.app.serving.memory import release_memory
-from lnserve.app.settings import InvalidSettingError, Settings
-from lnserve.converters.artifact import MANIFEST, check_model_name, read_manifest
-from lnserve.converters.errors import ArtifactError
-from lnserve.errors import LnserveError, UserInputError
+from .memory import release_memory
 
 log = logging.getLogger("lnserve.registry")
 _T = TypeVar("_T", bound=Sequence[Any])
@@ -90,7 +91,7 @@ def resolve_model_dirs(settings: Settings) -> ModelDirs:
     """
     dirs = [d for given in settings.models for d in _artifact_dirs(Path(given))]
     if not settings.models:
-        from lnserve.app.galleries.demo import shipped_demo
+        from ..galleries.demo import shipped_demo
 
         dirs = [shipped_demo().path]
     out: list[tuple[str, Path, dict[str, Any]]] = []

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.galleries.layout import GalleryInfo, same_model
+from ..galleries.errors import GalleryMismatchError
+from ..galleries.layout import GalleryInfo, same_model
 
 if TYPE_CHECKING:
-    from lnserve.app.galleries.store import GalleryStore
-    from lnserve.app.runtime.model_ref import ModelRef
+    from ..galleries.store import GalleryStore
+    from ..runtime.model_ref import ModelRef
 
 
 def _stored_vectors(

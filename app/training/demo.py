@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lnserve.app.demo_model.data import DEMO_DIR, EVAL_JSON, GALLERY_IMAGES, GALLERY_PAYLOADS, GALLERY_SIZE
-from lnserve.converters.artifact import MANIFEST, read_artifact
+from ...converters.artifact import MANIFEST, read_artifact
+from ..demo_model.data import DEMO_DIR, EVAL_JSON, GALLERY_IMAGES, GALLERY_PAYLOADS, GALLERY_SIZE
 
 
 def ship(

@@ -24,18 +24,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from lnserve.app.runtime import scoring
-from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.app.runtime.evaluation import rank_stats, t2i_ranks
-from lnserve.app.runtime.text import OrderVocabulary
-from lnserve.app.training.checkpoint import save_checkpoint
 from lnserve.errors import UserInputError
-from lnserve.models.cell_types import GRU_CELLS
-from lnserve.models.encoders import OrderEmbedding, OrderEmbeddingConfig
-from lnserve.models.init import RECURRENT_INITS, init_order_embedding
-from lnserve.models.losses import DEFAULT_MARGINS, clip_each_gradient, contrastive_loss
-from lnserve.models.methods import METHODS
-from lnserve.models.tokenize import coco_tokens
+
+from ...models.cell_types import GRU_CELLS
+from ...models.encoders import OrderEmbedding, OrderEmbeddingConfig
+from ...models.init import RECURRENT_INITS, init_order_embedding
+from ...models.losses import DEFAULT_MARGINS, clip_each_gradient, contrastive_loss
+from ...models.methods import METHODS
+from ...models.tokenize import coco_tokens
+from ..runtime import scoring
+from ..runtime.errors import EncodeInputError
+from ..runtime.evaluation import rank_stats, t2i_ranks
+from ..runtime.text import OrderVocabulary
+from .checkpoint import save_checkpoint
 
 FIRST_WORD = 2  # after <eos> (0) and UNK (1)
 VALID_IMAGES = 1000  # the original validated on dev fold 0: 1,000 images
@@ -397,7 +398,7 @@ def write_trained(
 ) -> dict[str, Any]:
     """Write the best parameters as an artifact (the converters' format) and optionally as the legacy
     ``PREFIX.npz`` + ``PREFIX.pkl``; returns the manifest."""
-    from lnserve.converters.order_embedding import (
+    from ...converters.order_embedding import (
         ConvertedOrderEmbedding,
         write_legacy_order_embedding,
         write_order_embedding,

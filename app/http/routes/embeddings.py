@@ -9,11 +9,10 @@ from fastapi import APIRouter, Path, Request
 from fastapi.openapi.models import Example
 from starlette.responses import Response
 
-from lnserve.app.http.answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
-from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import RegistryDep, SettingsDep
-from lnserve.app.http.routes.encode_helpers import check_dimensions, encode_texts, text_inputs
-from lnserve.app.http.schemas import (
+from ..answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
+from ..body_parsing import OffloadedBodyRoute
+from ..deps import RegistryDep, SettingsDep
+from ..schemas import (
     EmbeddingsRequest,
     EmbeddingsResponse,
     OpenAIModel,
@@ -21,6 +20,7 @@ from lnserve.app.http.schemas import (
     VectorJSONResponse,
     encode_vectors,
 )
+from .encode_helpers import check_dimensions, encode_texts, text_inputs
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from lnserve.app.http.answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
-from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import RegistryDep, cancel_on_disconnect
-from lnserve.app.http.routes.encode_helpers import encode_texts
-from lnserve.app.http.schemas import (
+from ...serving.registry import ModelRegistry
+from ..answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
+from ..body_parsing import OffloadedBodyRoute
+from ..deps import RegistryDep, cancel_on_disconnect
+from ..schemas import (
     EncodeImagesRequest,
     EncodeImagesResponse,
     EncodeRequest,
@@ -17,7 +17,7 @@ from lnserve.app.http.schemas import (
     VectorJSONResponse,
     encode_vectors,
 )
-from lnserve.app.serving.registry import ModelRegistry
+from .encode_helpers import encode_texts
 
 router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 

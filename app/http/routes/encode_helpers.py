@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 from fastapi import Request
 
-from lnserve.app.http.deps import cancel_on_disconnect
-from lnserve.app.http.errors import TokenIdsUnsupportedError
-from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.app.serving.registry import ModelEntry
+from ...runtime.errors import EncodeInputError
+from ...serving.registry import ModelEntry
+from ..deps import cancel_on_disconnect
+from ..errors import TokenIdsUnsupportedError
 
 
 async def encode_texts(

@@ -11,9 +11,9 @@ from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
-from lnserve.app.http.deps import GalleriesDep, RegistryDep
-from lnserve.app.http.routes.models import lnserve_version
-from lnserve.app.serving.galleries import why_unusable
+from ...serving.galleries import why_unusable
+from ..deps import GalleriesDep, RegistryDep
+from .models import lnserve_version
 
 router = APIRouter(tags=["front"])
 

@@ -14,14 +14,15 @@ from fastapi.openapi.models import Example
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from lnserve.app.galleries.errors import GalleryMismatchError
-from lnserve.app.galleries.rules import new_item_id
-from lnserve.app.galleries.store import ITEM_ID_RULE, check_item_id
-from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import GalleriesDep, RegistryDep, SettingsDep
-from lnserve.app.http.routes.gallery_helpers import encode_inputs
-from lnserve.app.http.schemas import ErrorBody
-from lnserve.app.http.schemas.retrieval import (
+from ...galleries.errors import GalleryMismatchError
+from ...galleries.rules import new_item_id
+from ...galleries.store import ITEM_ID_RULE, check_item_id
+from ...serving.errors import TooManySentencesError
+from ...serving.galleries import model_for, warm_scorer
+from ..body_parsing import OffloadedBodyRoute
+from ..deps import GalleriesDep, RegistryDep, SettingsDep
+from ..schemas import ErrorBody
+from ..schemas.retrieval import (
     GalleryCreate,
     GalleryList,
     GalleryOut,
@@ -29,8 +30,7 @@ from lnserve.app.http.schemas.retrieval import (
     ItemsAdd,
     ItemsAdded,
 )
-from lnserve.app.serving.errors import TooManySentencesError
-from lnserve.app.serving.galleries import model_for, warm_scorer
+from .gallery_helpers import encode_inputs
 
 
 def _ex(value: str) -> dict[str, Example]:

@@ -13,8 +13,8 @@ import logging
 import numpy as np
 from fastapi import Request
 
-from lnserve.app.http.deps import cancel_on_disconnect
-from lnserve.app.serving.registry import ModelEntry
+from ...serving.registry import ModelEntry
+from ..deps import cancel_on_disconnect
 
 log = logging.getLogger("lnserve.galleries")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from lnserve.app.http.deps import RegistryDep
-from lnserve.app.http.schemas import Health, Readiness
+from ..deps import RegistryDep
+from ..schemas import Health, Readiness
 
 PUBLIC = True  # no API key: orchestrators probe these
 router = APIRouter(tags=["health"])

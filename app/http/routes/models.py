@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from lnserve.app.http.deps import GalleriesDep, RegistryDep, SettingsDep
-from lnserve.app.http.schemas import Info, ModelList
-from lnserve.app.settings import Settings
+from ...settings import Settings
+from ..deps import GalleriesDep, RegistryDep, SettingsDep
+from ..schemas import Info, ModelList
 
 router = APIRouter(tags=["models"])
 

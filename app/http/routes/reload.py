@@ -13,9 +13,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.openapi.models import Example
 
-from lnserve.app.http.deps import RegistryDep, SettingsDep
-from lnserve.app.http.errors import ReloadDisabledError
-from lnserve.app.http.schemas import ErrorBody, ModelInfo
+from ..deps import RegistryDep, SettingsDep
+from ..errors import ReloadDisabledError
+from ..schemas import ErrorBody, ModelInfo
 
 router = APIRouter(tags=["models"])
 

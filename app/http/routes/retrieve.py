@@ -15,14 +15,17 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from lnserve.app.galleries.layout import GalleryInfo
-from lnserve.app.galleries.rules import check_image_query
-from lnserve.app.galleries.store import GalleryStore
-from lnserve.app.http.answers import answer_made_off_loop, check_answer_bytes, hits_bytes, limit_of
-from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import GalleriesDep, RegistryDep, SettingsDep
-from lnserve.app.http.routes.gallery_helpers import encode_inputs
-from lnserve.app.http.schemas.retrieval import (
+from ...galleries.layout import GalleryInfo
+from ...galleries.rules import check_image_query
+from ...galleries.store import GalleryStore
+from ...serving.errors import TooManySentencesError
+from ...serving.galleries import model_for
+from ...serving.registry import ModelEntry
+from ...serving.retrieval import _search, _stored_vectors
+from ..answers import answer_made_off_loop, check_answer_bytes, hits_bytes, limit_of
+from ..body_parsing import OffloadedBodyRoute
+from ..deps import GalleriesDep, RegistryDep, SettingsDep
+from ..schemas.retrieval import (
     IdQuery,
     ImageQuery,
     Query,
@@ -30,10 +33,7 @@ from lnserve.app.http.schemas.retrieval import (
     RetrieveResponse,
     TextQuery,
 )
-from lnserve.app.serving.errors import TooManySentencesError
-from lnserve.app.serving.galleries import model_for
-from lnserve.app.serving.registry import ModelEntry
-from lnserve.app.serving.retrieval import _search, _stored_vectors
+from .gallery_helpers import encode_inputs
 
 router = APIRouter(tags=["retrieval"], route_class=OffloadedBodyRoute)
 

@@ -7,22 +7,22 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from lnserve.app.http.answers import (
+from ...runtime.errors import EncodeInputError
+from ...runtime.retrieval import metric_for, score_info
+from ...runtime.scoring import error_matrix
+from ...serving.errors import TooManySentencesError
+from ..answers import (
     FLOAT_BYTES,
     check_answer_bytes,
     json_answer,
     limit_of,
     small,
 )
-from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import RegistryDep, SettingsDep
-from lnserve.app.http.routes.gallery_helpers import encode_inputs
-from lnserve.app.http.schemas import VectorJSONResponse
-from lnserve.app.http.schemas.tokenize_score import ScoreRequest, ScoreResponse
-from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.app.runtime.retrieval import metric_for, score_info
-from lnserve.app.runtime.scoring import error_matrix
-from lnserve.app.serving.errors import TooManySentencesError
+from ..body_parsing import OffloadedBodyRoute
+from ..deps import RegistryDep, SettingsDep
+from ..schemas import VectorJSONResponse
+from ..schemas.tokenize_score import ScoreRequest, ScoreResponse
+from .gallery_helpers import encode_inputs
 
 router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 

@@ -19,7 +19,10 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from lnserve.app.http.answers import (
+from ...runtime.errors import EncodeInputError
+from ...serving.errors import SentenceTooLongError, TooManySentencesError
+from ...serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry
+from ..answers import (
     answer_made_off_loop,
     check_answer_bytes,
     json_answer,
@@ -27,12 +30,11 @@ from lnserve.app.http.answers import (
     small,
     vectors_bytes,
 )
-from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import RegistryDep, cancel_on_disconnect
-from lnserve.app.http.errors import error_response
-from lnserve.app.http.routes.encode_helpers import check_dimensions, encode_texts, text_inputs
-from lnserve.app.http.schemas import VectorJSONResponse
-from lnserve.app.http.schemas.tei import (
+from ..body_parsing import OffloadedBodyRoute
+from ..deps import RegistryDep, cancel_on_disconnect
+from ..errors import error_response
+from ..schemas import VectorJSONResponse
+from ..schemas.tei import (
     SimilarityInput,
     TEIDecodeRequest,
     TEIEmbedAllRequest,
@@ -42,9 +44,7 @@ from lnserve.app.http.schemas.tei import (
     TEIToken,
     TEITokenizeRequest,
 )
-from lnserve.app.runtime.errors import EncodeInputError
-from lnserve.app.serving.errors import SentenceTooLongError, TooManySentencesError
-from lnserve.app.serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry
+from .encode_helpers import check_dimensions, encode_texts, text_inputs
 
 # TEI answers 413 (its "validation" errors) where a request is over a limit; lnserve's table says 422
 _OVER_LIMIT = (TooManySentencesError, SentenceTooLongError)

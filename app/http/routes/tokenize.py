@@ -8,13 +8,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from lnserve.app.http.answers import answer_made_off_loop, json_answer, limit_of
-from lnserve.app.http.body_parsing import OffloadedBodyRoute
-from lnserve.app.http.deps import RegistryDep
-from lnserve.app.http.routes.tei import tei_tokens
-from lnserve.app.http.schemas.tei import TEIToken
-from lnserve.app.http.schemas.tokenize_score import TokenizeRequest, TokenizeResponse
-from lnserve.app.serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry
+from ...serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry
+from ..answers import answer_made_off_loop, json_answer, limit_of
+from ..body_parsing import OffloadedBodyRoute
+from ..deps import RegistryDep
+from ..schemas.tei import TEIToken
+from ..schemas.tokenize_score import TokenizeRequest, TokenizeResponse
+from .tei import tei_tokens
 
 router = APIRouter(tags=["encode"], route_class=OffloadedBodyRoute)
 

@@ -4,7 +4,7 @@
 ``retrieval``: /galleries and /retrieve. Requests use ``extra="forbid"``; limits are stated where static.
 """
 
-from lnserve.app.http.schemas.encode import (
+from .encode import (
     EmbeddingItem,
     EmbeddingsRequest,
     EmbeddingsResponse,

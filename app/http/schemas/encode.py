@@ -10,8 +10,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import JSONResponse
 
-from lnserve.app.http.schemas.fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
-from lnserve.app.http.schemas.retrieval import GallerySummary
+from .fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
+from .retrieval import GallerySummary
 
 Encoding = Literal["float", "base64"]
 

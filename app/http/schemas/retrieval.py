@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
-from lnserve.app.galleries.layout import KINDS, MAX_K, MAX_QUERIES
-from lnserve.app.galleries.rules import GALLERY_NAME_PATTERN, GALLERY_NAME_RULE
+from ...galleries.layout import KINDS, MAX_K, MAX_QUERIES
+from ...galleries.rules import GALLERY_NAME_PATTERN, GALLERY_NAME_RULE
 
 GalleryKind = Literal["images", "captions"]
 assert set(GalleryKind.__args__) == set(KINDS)  # type: ignore[attr-defined]  # one list of kinds

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictInt
 
-from lnserve.app.http.schemas.encode import NORMALIZE
+from .encode import NORMALIZE
 
 Inputs = str | list[str] | list[int] | list[list[int]]
 

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
-from lnserve.app.http.schemas.fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
-from lnserve.app.http.schemas.tei import TEITokenizeRequest
+from .fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
+from .tei import TEITokenizeRequest
 
 
 # -- /tokenize -------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from lnserve.app.runtime.fused_op import FUSED_CELLS, SELF_CHECK_TOL, FusedOpStatus, library_path
-from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
+from ..onnx_graph import build_recurrent_encoder_graph
+from . import FUSED_CELLS, SELF_CHECK_TOL, FusedOpStatus, library_path
 
 
 def code_path(library: Path) -> str:

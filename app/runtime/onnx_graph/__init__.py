@@ -4,7 +4,7 @@
 LayerNorm/RMSNorm ops, ``builder`` the op-by-op graph writer, ``image`` the image projection.
 """
 
-from lnserve.app.runtime.onnx_graph.image import build_image_encoder_graph
-from lnserve.app.runtime.onnx_graph.recurrent import GRAPH_FORMS, build_recurrent_encoder_graph
+from .image import build_image_encoder_graph
+from .recurrent import GRAPH_FORMS, build_recurrent_encoder_graph
 
 __all__ = ["GRAPH_FORMS", "build_image_encoder_graph", "build_recurrent_encoder_graph"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lnserve.app.runtime.fused_op import DOMAIN, FUSED_CELLS, LN_OP, RMS_OP
-from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, f32
-from lnserve.app.runtime.onnx_graph.gru import GruArrays, GruCell, GruNorms
+from ..fused_op import DOMAIN, FUSED_CELLS, LN_OP, RMS_OP
+from .builder import GraphBuilder, f32
+from .gru import GruArrays, GruCell, GruNorms
 
 
 class FusedGruCell(GruCell):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto
 
-from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, f32, need, split_equal
-from lnserve.app.runtime.onnx_graph.norms import Norm, NormArrays, NormedCell, add_norm, read_norms
+from .builder import GraphBuilder, f32, need, split_equal
+from .norms import Norm, NormArrays, NormedCell, add_norm, read_norms
 
 GRU_NORMS = ("norm_ih_ru", "norm_ih_c", "norm_hh_ru", "norm_hh_c")  # norm1 .. norm4 of spec §4.2
 

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from lnserve.app.runtime.onnx_graph.builder import make_model, value_info
+from .builder import make_model, value_info
 
 
 def build_image_encoder_graph(weight: np.ndarray, bias: np.ndarray, *, opset: int = 18) -> onnx.ModelProto:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, f32, need
-from lnserve.app.runtime.onnx_graph.norms import Norm, NormArrays, NormedCell, add_norm, read_norms
+from .builder import GraphBuilder, f32, need
+from .norms import Norm, NormArrays, NormedCell, add_norm, read_norms
 
 LSTM_NORMS = ("norm_ih", "norm_hh", "norm_cell")  # norm1 .. norm3 of spec §4.5
 

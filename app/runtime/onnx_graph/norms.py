@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, f32, need
-from lnserve.models.cell_types import NORM_EPS as EPS
+from ....models.cell_types import NORM_EPS as EPS
+from .builder import GraphBuilder, f32, need
 
 NormArrays = tuple[np.ndarray, np.ndarray | None]  # (gain, bias); no bias in the RMS cells
 

@@ -22,12 +22,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from lnserve.app.runtime.fused_op import DOMAIN, DOMAIN_VERSION, FUSED_CELLS
-from lnserve.app.runtime.onnx_graph.builder import MIN_OPSET, GraphBuilder, make_model, value_info
-from lnserve.app.runtime.onnx_graph.fused import FusedGruCell
-from lnserve.app.runtime.onnx_graph.gru import GruCell, native_gru, read_gru
-from lnserve.app.runtime.onnx_graph.lstm import LstmCell, read_lstm
-from lnserve.models.cell_types import CELL_TYPES, LSTM_CELLS
+from ....models.cell_types import CELL_TYPES, LSTM_CELLS
+from ..fused_op import DOMAIN, DOMAIN_VERSION, FUSED_CELLS
+from .builder import MIN_OPSET, GraphBuilder, make_model, value_info
+from .fused import FusedGruCell
+from .gru import GruCell, native_gru, read_gru
+from .lstm import LstmCell, read_lstm
 
 GRAPH_FORMS: tuple[str, ...] = ("scan", "loop", "native")
 X, LENGTHS, H = "x", "lengths", "h"  # the graph's inputs and output
