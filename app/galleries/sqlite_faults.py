@@ -111,7 +111,7 @@ def _meta_values(meta: Any) -> dict[str, Any]:
     return {**values, "created_at": float(values["created_at"]), "model_identity": identity}
 
 
-def _counters(db: sqlite3.Connection) -> tuple[int, int]:
+def counters(db: sqlite3.Connection) -> tuple[int, int]:
     """(n_rows, n_deleted), checked. Raises ValueError."""
     found = dict(
         db.execute("SELECT key, value FROM counters WHERE key IN ('n_rows', 'n_deleted')").fetchall()
@@ -185,7 +185,7 @@ def _creation_alive(path: Path) -> bool:
         os.close(fd)
 
 
-def _existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[str]:
+def existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[str]:
     taken: builtins.list[str] = []
     for i in range(0, len(ids), _SQL_VARS):
         part = list(ids[i : i + _SQL_VARS])

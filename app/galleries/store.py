@@ -87,10 +87,10 @@ from .rules import (
 )
 from .search import GallerySearch
 from .sqlite_faults import (
-    _counters,
+    counters,
     _creation_alive,
     _db_faults,
-    _existing_ids,
+    existing_ids,
     _fsync_dir,
     _init_db,
     _looks_like_gallery,
@@ -300,7 +300,7 @@ class GalleryStore(GallerySearch, GalleryChecks):
                 db.execute("COMMIT")
             except sqlite3.IntegrityError:
                 db.execute("ROLLBACK")
-                taken = _existing_ids(db, ids)
+                taken = existing_ids(db, ids)
                 raise DuplicateItemError(
                     f"gallery {name!r} already has item(s) {', '.join(map(repr, taken[:5]))}"
                 ) from None
@@ -442,7 +442,7 @@ class GalleryStore(GallerySearch, GalleryChecks):
         try:
             values = _meta_values(meta)
             with _db_faults(name):
-                n_rows, n_deleted = _counters(db)
+                n_rows, n_deleted = counters(db)
         except ValueError as exc:
             raise GalleryCorruptError(name, str(exc)) from None
         return GalleryInfo(name=name, **values, count=n_rows - n_deleted), n_rows, n_deleted
