@@ -194,6 +194,16 @@ def existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[st
     return taken
 
 
+def item_positions(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
+    """The vector row of each live item among ``ids`` (absent ones are left out)."""
+    rows: dict[str, int] = {}
+    for i in range(0, len(ids), _SQL_VARS):
+        part = list(ids[i : i + _SQL_VARS])
+        marks = ",".join("?" * len(part))
+        rows.update(db.execute(f"SELECT id, pos FROM items WHERE id IN ({marks})", part).fetchall())
+    return rows
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
