@@ -111,7 +111,7 @@ def _meta_values(meta: Any) -> dict[str, Any]:
     return {**values, "created_at": float(values["created_at"]), "model_identity": identity}
 
 
-def _counters(db: sqlite3.Connection) -> tuple[int, int]:
+def counters(db: sqlite3.Connection) -> tuple[int, int]:
     """(n_rows, n_deleted), checked. Raises ValueError."""
     found = dict(
         db.execute("SELECT key, value FROM counters WHERE key IN ('n_rows', 'n_deleted')").fetchall()
@@ -185,13 +185,23 @@ def _creation_alive(path: Path) -> bool:
         os.close(fd)
 
 
-def _existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[str]:
+def existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[str]:
     taken: builtins.list[str] = []
     for i in range(0, len(ids), _SQL_VARS):
         part = list(ids[i : i + _SQL_VARS])
         marks = ",".join("?" * len(part))
         taken += [r[0] for r in db.execute(f"SELECT id FROM items WHERE id IN ({marks})", part)]
     return taken
+
+
+def item_positions(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
+    """The vector row of each live item among ``ids`` (absent ones are left out)."""
+    rows: dict[str, int] = {}
+    for i in range(0, len(ids), _SQL_VARS):
+        part = list(ids[i : i + _SQL_VARS])
+        marks = ",".join("?" * len(part))
+        rows.update(db.execute(f"SELECT id, pos FROM items WHERE id IN ({marks})", part).fetchall())
+    return rows
 
 
 def _fsync_dir(path: Path) -> None:

@@ -87,15 +87,16 @@ from .rules import (
 )
 from .search import GallerySearch
 from .sqlite_faults import (
-    _counters,
     _creation_alive,
     _db_faults,
-    _existing_ids,
     _fsync_dir,
     _init_db,
     _looks_like_gallery,
     _meta_values,
     _short_reason,
+    counters,
+    existing_ids,
+    item_positions,
 )
 from .use_guards import _out_of_space_reported, _removal_reported
 
@@ -300,7 +301,7 @@ class GalleryStore(GallerySearch, GalleryChecks):
                 db.execute("COMMIT")
             except sqlite3.IntegrityError:
                 db.execute("ROLLBACK")
-                taken = _existing_ids(db, ids)
+                taken = existing_ids(db, ids)
                 raise DuplicateItemError(
                     f"gallery {name!r} already has item(s) {', '.join(map(repr, taken[:5]))}"
                 ) from None
@@ -390,6 +391,35 @@ class GalleryStore(GallerySearch, GalleryChecks):
             raise GalleryCorruptError(name, f"row {pos} holds non-finite values")
         return vector
 
+    # -- for a shard (``scale.shard_store``): what placing batches and hits by global position needs ------
+    def committed_rows(self, name: str) -> int:
+        """Committed vector rows, live and deleted (no verification): where the next batch starts."""
+        with self._db(name) as db:
+            return counters(db)[0]
+
+    def check_write(
+        self, name: str, ids: Sequence[str], *, kind: str | None = None, model: ModelRef | None = None
+    ) -> tuple[int, builtins.list[str]]:
+        """The checks before a write, without writing: the gallery verified (GalleryCorruptError), ``kind``
+        and ``model`` checked against it (GalleryMismatchError; a gallery made before model identities
+        adopts the model's identity). Returns the committed rows and which of ``ids`` it already holds."""
+        with self._db(name) as db:
+            state = self._open(name, db)
+            taken = existing_ids(db, builtins.list(ids))
+        self._check_model(name, state.info, kind=kind, model=model)
+        return state.n_rows, taken
+
+    def item_rows(self, name: str, ids: Sequence[str]) -> dict[str, int]:
+        """The vector row of each live item among ``ids`` (no verification; absent ids are left out)."""
+        with self._db(name) as db:
+            return item_positions(db, builtins.list(dict.fromkeys(ids)))
+
+    def search_rows(
+        self, name: str, queries: np.ndarray, k: int, *, query_kind: str, model: ModelRef | None
+    ) -> dict[str, Any]:
+        """``search``, each hit also with ``row``, its row in this store's vector file."""
+        return self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=True)
+
     # -- opening: the checks every use goes through ----------------------------------------------------------
     def _open(self, name: str, db: sqlite3.Connection, *, scan: bool = True) -> _State:
         """Read the gallery's state and check it against its files; with ``scan``, verify the rows not yet
@@ -442,7 +472,7 @@ class GalleryStore(GallerySearch, GalleryChecks):
         try:
             values = _meta_values(meta)
             with _db_faults(name):
-                n_rows, n_deleted = _counters(db)
+                n_rows, n_deleted = counters(db)
         except ValueError as exc:
             raise GalleryCorruptError(name, str(exc)) from None
         return GalleryInfo(name=name, **values, count=n_rows - n_deleted), n_rows, n_deleted

@@ -39,7 +39,7 @@ _ONE = np.float32(1.0)
 
 
 @intrinsic
-def _data(typingctx, arr):
+def float32_data(typingctx, arr):
     """The float32 data pointer of a C-contiguous array (pointer indexing skips negative-index checks)."""
 
     def codegen(context, builder, sig, args):
@@ -200,9 +200,9 @@ def _scan_py(queries, items, out, start, stop, tile, mode, one):
     """
     n_queries, dim = queries.shape
     n = out.shape[1]
-    qp = _data(queries)
-    vp = _data(items)
-    op = _data(out)
+    qp = float32_data(queries)
+    vp = float32_data(items)
+    op = float32_data(out)
     if n_queries < QUERY_BLOCK:  # memory-bound: one row after another keeps the prefetchers streaming
         for j in range(start, stop):
             for qi in range(n_queries):

@@ -26,7 +26,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import numba_kernel
-from .numba_kernel import _data
+from .numba_kernel import float32_data
 
 LANES = 16
 SAMPLE_ROWS = 512  # rows measured per search for the block order and the first k-th best
@@ -172,8 +172,8 @@ def _scan(
     canonical scores must keep their order."""
     n_queries, dim = queries.shape
     k = keys.shape[1]
-    qp = _data(queries)
-    vp = _data(items)
+    qp = float32_data(queries)
+    vp = float32_data(items)
     for t0 in range(start, stop, TILE_ROWS):
         t1 = min(stop, t0 + TILE_ROWS)
         for qi in range(n_queries):

@@ -1,4 +1,4 @@
-"""One shard's galleries: a ``GalleryStore`` that also knows each item's *global* position.
+"""One shard's galleries: a ``GalleryStore``, held, and each item's *global* position.
 
 A sharded gallery is the same ``GalleryStore`` layout on every shard (``ROOT/shard-I-of-S/NAME/``), each
 holding whole write batches. The coordinator serialises a gallery's writes and gives each batch its global
@@ -14,6 +14,7 @@ No Ray here: the deployment (``scale.shards``) runs these methods in worker thre
 from __future__ import annotations
 
 import bisect
+import builtins
 import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -22,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from ..galleries.sqlite_faults import _counters, _existing_ids
+from ..galleries.layout import GalleryEntry, GalleryInfo
+from ..galleries.rules import check_gallery_name
 from ..galleries.store import GalleryStore
 from ..runtime.model_ref import ModelRef
 
 PLACEMENT = "placement.sqlite"
-_SQL_VARS = 500
 
 
 def shard_label(index: int, count: int) -> str:
@@ -40,26 +41,68 @@ def shard_root(root: Path | str, index: int, count: int) -> Path:
     return Path(root).expanduser() / shard_label(index, count)
 
 
-class ShardStore(GalleryStore):
-    """A gallery store for one shard: batches are placed by the coordinator, hits carry global positions."""
+class ShardStore:
+    """A gallery store for one shard: batches are placed by the coordinator, hits carry global positions.
 
+    It holds a ``GalleryStore`` (composition: only its public methods are used) and answers the store methods
+    a shard serves (``scale.shards.SHARD_METHODS``) with the store's own results and errors, plus the placed
+    write and search."""
+
+    def __init__(self, root: Path | str, *, scorer: str | None = None) -> None:
+        self.galleries = GalleryStore(root, scorer=scorer)
+
+    @property
+    def root(self) -> Path:
+        return self.galleries.root
+
+    @property
+    def scorer(self) -> str | None:
+        """The order-violation kernel to warm up (``serving.galleries.warm_scorer``)."""
+        return self.galleries.scorer
+
+    # -- the store's own methods, as one store answers them ----------------------------------------------
+    def clean_leftovers(self) -> builtins.list[str]:
+        return self.galleries.clean_leftovers()
+
+    def verify_all(self) -> builtins.list[GalleryEntry]:
+        return self.galleries.verify_all()
+
+    def create(self, name: str, *, kind: str, model: ModelRef, exist_ok: bool = False) -> GalleryInfo:
+        return self.galleries.create(name, kind=kind, model=model, exist_ok=exist_ok)
+
+    def get(self, name: str) -> GalleryInfo:
+        return self.galleries.get(name)
+
+    def list(self) -> builtins.list[GalleryEntry]:
+        return self.galleries.list()
+
+    def remove(self, name: str) -> None:
+        self.galleries.remove(name)
+
+    def delete_item(self, name: str, item_id: str) -> None:
+        self.galleries.delete_item(name, item_id)
+
+    def get_item(self, name: str, item_id: str, *, with_vector: bool = False) -> dict[str, Any]:
+        return self.galleries.get_item(name, item_id, with_vector=with_vector)
+
+    def search(
+        self, name: str, queries: np.ndarray, k: int = 10, *, query_kind: str, model: ModelRef | None = None
+    ) -> dict[str, Any]:
+        return self.galleries.search(name, queries, k, query_kind=query_kind, model=model)
+
+    # -- placement ------------------------------------------------------------------------------------------
     def rows(self, name: str) -> int:
         """Committed vector rows (live and deleted): the shard's part of the gallery's global row count."""
-        with self._db(name) as db:
-            return _counters(db)[0]
+        return self.galleries.committed_rows(name)
 
     def prepare(
         self, name: str, ids: Sequence[str], *, kind: str | None = None, model: ModelRef | None = None
-    ) -> tuple[int, list[str]]:
+    ) -> tuple[int, builtins.list[str]]:
         """Committed rows, and which of ``ids`` this shard already holds: the coordinator's checks before a
         write, on every shard. This shard's part is verified (GalleryCorruptError: the whole gallery
         refuses the write, as one store does) and ``kind`` / ``model`` are checked against it
         (GalleryMismatchError; a gallery made before model identities adopts the model's identity)."""
-        with self._db(name) as db:
-            state = self._open(name, db)
-            taken = _existing_ids(db, list(ids))
-        self._check_model(name, state.info, kind=kind, model=model)
-        return state.n_rows, taken
+        return self.galleries.check_write(name, ids, kind=kind, model=model)
 
     def add_placed(
         self,
@@ -71,7 +114,7 @@ class ShardStore(GalleryStore):
         model: ModelRef | None,
         global_start: int,
         kind: str | None = None,
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """``add_items`` for a batch whose first item has global position ``global_start``.
 
         Only the coordinator writes, one batch of a gallery at a time, so the local start read here is the
@@ -83,14 +126,14 @@ class ShardStore(GalleryStore):
                 "INSERT OR REPLACE INTO batches (local_start, global_start) VALUES (?, ?)",
                 (local_start, int(global_start)),
             )
-        return self.add_items(name, vectors, ids=ids, payloads=payloads, kind=kind, model=model)
+        return self.galleries.add_items(name, vectors, ids=ids, payloads=payloads, kind=kind, model=model)
 
     def search_placed(
         self, name: str, queries: np.ndarray, k: int, *, query_kind: str, model: ModelRef | None
     ) -> dict[str, Any]:
         """``search``, each hit with ``pos``, its global position (a hit deleted meanwhile is dropped)."""
         queries = np.array(queries, dtype=np.float32)  # writable: Ray hands over read-only buffers
-        found = self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=True)
+        found = self.galleries.search_rows(name, queries, k, query_kind=query_kind, model=model)
         if any(found["results"]):
             runs = self._placement_runs(name)
             for hits in found["results"]:
@@ -100,21 +143,19 @@ class ShardStore(GalleryStore):
 
     def global_positions(self, name: str, ids: Sequence[str]) -> dict[str, int]:
         """Global position of each live item among ``ids``."""
-        local: dict[str, int] = {}
-        unique = list(dict.fromkeys(ids))
-        with self._db(name) as db:
-            for i in range(0, len(unique), _SQL_VARS):
-                part = unique[i : i + _SQL_VARS]
-                marks = ",".join("?" * len(part))
-                local.update(db.execute(f"SELECT id, pos FROM items WHERE id IN ({marks})", part).fetchall())
+        local = self.galleries.item_rows(name, ids)
         if not local:
             return {}
         runs = self._placement_runs(name)
         return {item_id: _global_position(name, runs, pos) for item_id, pos in local.items()}
 
-    def _placement_runs(self, name: str) -> list[tuple[int, int]]:
+    def _placement_path(self, name: str) -> Path:
+        """The placement file beside the gallery's own files (``ROOT/NAME/``)."""
+        return self.root / check_gallery_name(name) / PLACEMENT
+
+    def _placement_runs(self, name: str) -> builtins.list[tuple[int, int]]:
         """Every batch's ``(local_start, global_start)``, ascending: one read-only query, for searches."""
-        path = self._path(name) / PLACEMENT
+        path = self._placement_path(name)
         if not path.is_file():  # no batch placed yet: the gallery has no rows to map
             return []
         db = sqlite3.connect(path, timeout=60, isolation_level=None)
@@ -125,7 +166,7 @@ class ShardStore(GalleryStore):
 
     @contextlib.contextmanager
     def _placement(self, name: str) -> Iterator[sqlite3.Connection]:
-        path = self._path(name) / PLACEMENT
+        path = self._placement_path(name)
         self.get(name)  # GalleryNotFoundError before a placement file is created for nothing
         db = sqlite3.connect(path, timeout=60, isolation_level=None)
         try:

@@ -82,7 +82,7 @@ class GalleryShard:
             log.info("removed %s left in %s by an interrupted create or remove", leftover, self.store.root)
         galleries = self.store.list()
         if any(isinstance(g, GalleryInfo) for g in galleries):  # every metric scans with the kernel
-            warm_scorer(self.store)
+            warm_scorer(self.store.galleries)
         log.info("shard %d/%d at %s: %d galleries", index, count, self.store.root, len(galleries))
 
     # -- every shard --------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ class GalleryShard:
         except LnserveError as exc:
             return "error", exc
         if method == "create" and value.metric == "order_violation":
-            warm_scorer(self.store)
+            warm_scorer(self.store.galleries)
         if method in ("list", "verify_all"):
             value = [self._located(g) for g in value]
         return "ok", value

@@ -3,13 +3,16 @@ them, including after a batch that never committed (a crash, or a refused duplic
 
 from __future__ import annotations
 
+import ast
+import inspect
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lnserve.app.galleries.errors import DuplicateItemError
-from lnserve.app.galleries.store import ModelRef
+from lnserve.app.galleries.errors import DuplicateItemError, GalleryMismatchError
+from lnserve.app.galleries.store import GalleryStore, ModelRef
+from lnserve.app.scale import shard_store
 from lnserve.app.scale.shard_store import ShardStore, shard_root
 from tests.support.gallery_opens import count_gallery_opens
 
@@ -57,3 +60,36 @@ def test_a_shard_search_opens_the_gallery_once_and_maps_rows_without_id_lookups(
     found = store.search_placed("g", _vecs(2, 1), 3, query_kind="captions", model=MODEL)
     assert opens == ["g"]
     assert all(h["pos"] == 3 + "abcd".index(h["id"]) and "row" not in h for r in found["results"] for h in r)
+
+
+def test_a_shard_holds_a_gallery_store_and_uses_only_its_public_methods(tmp_path: Path) -> None:
+    """Composition, not inheritance: the shard answers as the store it holds, through public methods only
+    (a restructured store keeps the shard working as long as it keeps those)."""
+    assert not issubclass(ShardStore, GalleryStore)
+    tree = ast.parse(inspect.getsource(shard_store))
+    reached = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "galleries"
+    }
+    store = GalleryStore(tmp_path)
+    assert reached and all(hasattr(store, name) and not name.startswith("_") for name in reached), reached
+
+
+def test_the_store_answers_a_shards_questions(tmp_path: Path) -> None:
+    """The public seams a shard places batches with: committed rows (deleted ones included), the checks
+    before a write, live items' rows, and hits that carry their rows."""
+    store = GalleryStore(tmp_path)
+    store.create("g", kind="images", model=MODEL)
+    store.add_items("g", _vecs(3, 0), ids=["a", "b", "c"], model=MODEL)
+    store.delete_item("g", "b")
+    assert store.committed_rows("g") == 3
+    assert store.check_write("g", ["c", "x", "a"], kind="images", model=MODEL) == (3, ["a", "c"])
+    with pytest.raises(GalleryMismatchError):
+        store.check_write("g", ["x"], kind="captions", model=MODEL)
+    assert store.item_rows("g", ["c", "b", "a", "c"]) == {"a": 0, "c": 2}
+    hits = store.search_rows("g", _vecs(1, 1), 5, query_kind="captions", model=MODEL)["results"][0]
+    plain = store.search("g", _vecs(1, 1), 5, query_kind="captions", model=MODEL)["results"][0]
+    assert [h.pop("row") for h in hits] == [{"a": 0, "c": 2}[h["id"]] for h in plain] and hits == plain
