@@ -45,6 +45,8 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+# typed as the one-process store the routes' calls are written against; a Ray replica's ``ShardedGalleries``
+# provides the same (``galleries.protocol.GalleryStoreAPI``, what ``create_app`` takes)
 async def get_galleries(request: Request) -> GalleryStore:
     return request.app.state.galleries
 
