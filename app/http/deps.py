@@ -67,7 +67,7 @@ RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 GalleriesDep = Annotated[GalleryStore, Depends(get_galleries)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ReloadDep = Annotated[ReloadModel, Depends(get_reload)]
-EngineInfoDep = Annotated[DescribeEngine, Depends(get_engine_info)]
+EngineDep = Annotated[DescribeEngine, Depends(get_engine_info)]
 RenderMetricsDep = Annotated[RenderMetrics, Depends(get_render_metrics)]
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from ...settings import Settings
-from ..deps import EngineInfoDep, GalleriesDep, RegistryDep, SettingsDep
+from ..deps import EngineDep, GalleriesDep, RegistryDep, SettingsDep
 from ..schemas import Info, ModelList
 
 router = APIRouter(tags=["models"])
@@ -29,9 +29,7 @@ async def models(registry: RegistryDep) -> ModelList:
 
 
 @router.get("/info", response_model=Info)
-async def info(
-    registry: RegistryDep, settings: SettingsDep, store: GalleriesDep, engine: EngineInfoDep
-) -> Info:
+async def info(registry: RegistryDep, settings: SettingsDep, store: GalleriesDep, engine: EngineDep) -> Info:
     """Version, engine (one process or Ray, replicas, shards), models, the execution providers actually in
     use, the galleries, and the request limits."""
     galleries = await run_in_threadpool(store.list)
