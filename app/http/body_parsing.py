@@ -250,18 +250,17 @@ class OffloadedBodyRoute(APIRoute):
             return handler
 
         async def offloaded(request: Request) -> Response:
-            parser: BodyParser | None = getattr(request.app.state, "body_parser", None)
-            if parser is not None:
-                raw = await request.body()  # read already (the middleware): FastAPI gets the same bytes
-                large = len(raw) > INLINE_PARSE_BYTES
-                # the content type only for the bodies parsed here: nearly every body is small and plain
-                if (large or _needs_strict_parse(raw)) and is_json(request):
-                    limit = request.app.state.settings.max_sentences
-                    # request.json() is cached in _json: FastAPI takes the validated model as is
-                    if large:
-                        request._json = await parser.parse(model, raw, max_items=limit)
-                    else:
-                        request._json = _validated(model, raw, limit)
+            raw = await request.body()  # read already (the middleware): FastAPI gets the same bytes
+            large = len(raw) > INLINE_PARSE_BYTES
+            # the content type only for the bodies parsed here: nearly every body is small and plain
+            if (large or _needs_strict_parse(raw)) and is_json(request):
+                limit = request.app.state.settings.max_sentences
+                # request.json() is cached in _json: FastAPI takes the validated model as is
+                if large:
+                    parser: BodyParser = request.app.state.body_parser  # create_app's, always there
+                    request._json = await parser.parse(model, raw, max_items=limit)
+                else:
+                    request._json = _validated(model, raw, limit)
             return await handler(request)
 
         return offloaded

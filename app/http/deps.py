@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..galleries.store import GalleryStore
-from ..serving.registry import ModelRegistry
+from ..serving.registry import ModelEntry, ModelRegistry
 from ..settings import Settings
 from .disconnects import cancel_on_disconnect
 
@@ -19,24 +20,55 @@ __all__ = ["cancel_on_disconnect"]  # re-exported: the routes import it from her
 _bearer = HTTPBearer(auto_error=False, description="Required only when LNSERVE_API_KEY is set.")
 
 
+# what ``create_app`` serves besides the registry, the galleries and the settings (each given to it, or its
+# default): the reload of ``POST /models/NAME/reload`` (``ModelRegistry.reload``; under Ray every replica's,
+# ``scale.reload.ClusterReload``), ``/info``'s engine, and the text ``GET /metrics`` answers
+ReloadModel = Callable[[str], Awaitable[ModelEntry]]
+DescribeEngine = Callable[[], dict[str, Any]]
+RenderMetrics = Callable[[], bytes]
+
+
+def registry_of(request: Request) -> ModelRegistry:
+    """The served registry, without a dependency: for the hot routes (``/encode``), where FastAPI's solve of
+    a dependency per request costs more than the route's own work on the event loop."""
+    return request.app.state.registry
+
+
 # async, like every dependency on a request's path: FastAPI runs a plain ``def`` dependency in its thread
 # pool, a hop to another thread and back per dependency per request (measured: 0.25 ms of the event loop's
 # ~0.6 ms per /encode request under load, benchmarks/http_load.py)
 async def get_registry(request: Request) -> ModelRegistry:
-    return request.app.state.registry
+    return registry_of(request)
 
 
 async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+# typed as the one-process store the routes' calls are written against; a Ray replica's ``ShardedGalleries``
+# provides the same (``galleries.protocol.GalleryStoreAPI``, what ``create_app`` takes)
 async def get_galleries(request: Request) -> GalleryStore:
     return request.app.state.galleries
+
+
+async def get_reload(request: Request) -> ReloadModel:
+    return request.app.state.reload
+
+
+async def get_engine_info(request: Request) -> DescribeEngine:
+    return request.app.state.engine_info
+
+
+async def get_render_metrics(request: Request) -> RenderMetrics:
+    return request.app.state.render_metrics
 
 
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 GalleriesDep = Annotated[GalleryStore, Depends(get_galleries)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+ReloadDep = Annotated[ReloadModel, Depends(get_reload)]
+EngineDep = Annotated[DescribeEngine, Depends(get_engine_info)]
+RenderMetricsDep = Annotated[RenderMetrics, Depends(get_render_metrics)]
 
 
 async def require_api_key(

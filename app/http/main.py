@@ -1,6 +1,8 @@
 """The FastAPI app factory. Importing this module is cheap; models load in the lifespan.
 
-``create_app`` wires settings, registry, metrics, error handlers, middleware and the routers named in
+``create_app`` takes what the app serves (registry, galleries, metrics, reload, ...; one process's when not
+given, a Ray replica's from ``lnserve.app.scale.deployment``), keeps each on ``app.state`` for the routes'
+typed dependencies (``deps``), and wires error handlers, middleware and the routers named in
 ``lnserve.app.http.routes.ROUTER_MODULES``. ``lifespan`` is the one place that starts and stops things.
 """
 
@@ -25,13 +27,14 @@ from lnserve.extras import MissingExtraError
 from ..galleries.demo import install_demo_gallery
 from ..galleries.errors import GalleryCorruptError
 from ..galleries.layout import CorruptGallery, GalleryEntry, GalleryInfo
+from ..galleries.protocol import GalleryStoreAPI
 from ..galleries.store import GalleryStore
 from ..serving.errors import ModelLoadError
 from ..serving.galleries import warm_scorer
 from ..serving.registry import ModelDirs, ModelRegistry
 from ..settings import Settings
 from .body_parsing import BodyParser
-from .deps import require_api_key
+from .deps import DescribeEngine, ReloadModel, RenderMetrics, require_api_key
 from .errors import install_error_handlers
 from .lifecycle import Lifecycle
 from .metrics import Metrics
@@ -110,7 +113,7 @@ async def _load(app: FastAPI) -> None:
         )
 
 
-async def _open_galleries(store: GalleryStore) -> None:
+async def _open_galleries(store: GalleryStoreAPI) -> None:
     """Clean what crashed creations left, list the galleries (a broken root fails startup, not the first
     query; a damaged gallery is quarantined, never fatal); warm the scorer they need."""
     for leftover in await asyncio.to_thread(store.clean_leftovers):
@@ -128,10 +131,50 @@ def _log_quarantined(galleries: list[GalleryEntry]) -> None:
             log.error("gallery %s is corrupt and quarantined (503 gallery_corrupt): %s", g.name, g.reason)
 
 
-def create_app(settings: Settings | None = None, *, model_dirs: ModelDirs | None = None) -> FastAPI:
-    """Build the app; with no settings, read them from ``LNSERVE_*`` environment variables. ``model_dirs``:
-    the models already resolved (``lnserve serve``), so start-up reads the directories once."""
+def process_engine() -> dict[str, Any]:
+    """``/info``'s ``engine`` of one process (``lnserve serve`` without Ray)."""
+    return {"name": "process", "replicas": 1, "shards": 1}
+
+
+def model_registry(
+    settings: Settings, *, metrics: Metrics, lifecycle: Lifecycle, model_dirs: ModelDirs | None = None
+) -> ModelRegistry:
+    """The registry an app serves: its batches reported to ``metrics``, the middleware's in-flight count
+    (``lifecycle``) as the batchers' hint. ``model_dirs``: the models already resolved (``lnserve serve``),
+    so start-up reads the directories once."""
+    return ModelRegistry(
+        settings, observer=metrics, in_flight=lambda: lifecycle.inflight, model_dirs=model_dirs
+    )
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    model_dirs: ModelDirs | None = None,
+    lifecycle: Lifecycle | None = None,
+    metrics: Metrics | None = None,
+    registry: ModelRegistry | None = None,
+    galleries: GalleryStoreAPI | None = None,
+    reload: ReloadModel | None = None,
+    engine_info: DescribeEngine | None = None,
+    render_metrics: RenderMetrics | None = None,
+) -> FastAPI:
+    """Build the app that serves what it is given, one process's by default. With no settings, read them
+    from ``LNSERVE_*`` environment variables.
+
+    ``lifecycle``: what the server and the app tell each other (drain, fatal start-up errors); ``metrics``:
+    where requests and batches are counted; ``registry``: the models (``model_registry`` over those two and
+    ``model_dirs``, which only this default reads); ``galleries``: the gallery store (``GalleryStore`` of
+    ``settings.galleries_dir``); ``reload``: what ``POST /models/NAME/reload`` calls (``registry.reload``);
+    ``engine_info``: ``/info``'s engine (``process_engine``); ``render_metrics``: what ``GET /metrics``
+    answers (``metrics.render``)."""
     settings = settings or Settings()
+    lifecycle = Lifecycle() if lifecycle is None else lifecycle
+    metrics = Metrics() if metrics is None else metrics
+    if registry is None:
+        registry = model_registry(settings, metrics=metrics, lifecycle=lifecycle, model_dirs=model_dirs)
+    if galleries is None:
+        galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
     # /docs and /redoc load Swagger UI / ReDoc from assets shipped in the fastapi-offline wheel (served
     # under /static-offline-docs), not from a CDN: an offline or air-gapped host still gets its docs
     app = FastAPIOffline(
@@ -150,14 +193,16 @@ def create_app(settings: Settings | None = None, *, model_dirs: ModelDirs | None
     described = [route for route in app.routes if hasattr(route, "path")]
     docs = frozenset(r.path for r in described if not isinstance(r, Mount))
     docs_prefixes = tuple(r.path + "/" for r in described if isinstance(r, Mount))
+    # set here once, never replaced: the routes read them through ``deps``
     app.state.settings = settings
-    app.state.lifecycle = lifecycle = Lifecycle()
+    app.state.lifecycle = lifecycle
     app.state.body_parser = BodyParser()
-    app.state.metrics = metrics = Metrics()
-    app.state.registry = ModelRegistry(
-        settings, observer=metrics, in_flight=lambda: lifecycle.inflight, model_dirs=model_dirs
-    )
-    app.state.galleries = GalleryStore(settings.galleries_dir, scorer=settings.scorer)
+    app.state.metrics = metrics
+    app.state.registry = registry
+    app.state.galleries = galleries
+    app.state.reload = registry.reload if reload is None else reload
+    app.state.engine_info = process_engine if engine_info is None else engine_info
+    app.state.render_metrics = metrics.render if render_metrics is None else render_metrics
     install_error_handlers(app)
     probes: set[str] = set()  # the public routes: never refused by the middleware nor counted in flight
     routes: list[BaseRoute] = []

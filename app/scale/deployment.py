@@ -1,10 +1,11 @@
 """The encoding replicas: ``create_app`` as a Ray Serve ingress deployment.
 
 Each replica builds the very app ``lnserve serve`` runs (every route, error, limit, the API key and the
-middleware), swaps in what differs on Ray (``app.state.galleries`` -> the shards, ``/metrics`` -> the sum of
-all replicas, ``/info`` -> the engine), and loads its models once, during its start-up, before Serve sends it
-traffic: the app's lifespan opens and loads the models, and the replica waits for that to finish. Each
-replica keeps its own micro-batcher, so ``max_ongoing_requests`` must allow a full batch to form.
+middleware), given what differs on Ray (the galleries -> the shards, the reload -> every replica's,
+``/metrics`` -> the sum of all replicas, ``/info`` -> the engine), and loads its models once, during its
+start-up, before Serve sends it traffic: the app's lifespan opens and loads the models, and the replica waits
+for that to finish. Each replica keeps its own micro-batcher, so ``max_ongoing_requests`` must allow a full
+batch to form.
 
 Health: ``check_health`` (called by Serve every ``health_check_period_s``) runs the warm-up sentence through
 every loaded model while its queue is idle; a session that broke fails it, and Serve replaces the replica.
@@ -24,7 +25,9 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..http.main import create_app
+from ..http.lifecycle import Lifecycle
+from ..http.main import create_app, model_registry
+from ..http.metrics import Metrics
 from ..log_setup import JsonFormatter
 from ..serving.registry import WARMUP_SENTENCE, ModelRegistry
 from ..settings import Settings
@@ -136,27 +139,33 @@ class LnserveReplica:
         if topology.ingress == "proxy" and settings.body_arrival_grace_ms is None:
             settings = settings.model_copy(update={"body_arrival_grace_ms": PROXY_BODY_GRACE_MS})
         self.settings, self.topology = settings, topology
-        self._lnserve_app: FastAPI | None = None
         self._self_handle: Any = None
+        self._registry: ModelRegistry | None = None
+        self._metrics: Metrics | None = None
         self._staged: StagedVersions | None = None
         _json_logs(settings.log_level)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        app = create_app(self.settings)
-        app.state.galleries = ShardedGalleries.connect(self.topology.shards)
-        app.state.metrics = ClusterMetrics(app.state.metrics, self._handle)
-        app.state.engine = self.engine_info
+        lifecycle, metrics = Lifecycle(), Metrics()  # this replica's: its requests, its batches
+        registry = model_registry(self.settings, metrics=metrics, lifecycle=lifecycle)
         expected = self.topology.replicas or self.topology.min_replicas or 1
-        app.state.reload = ClusterReload(
-            app.state.registry, self._broadcast, identity=_replica_id, expected=expected
+        app = create_app(
+            self.settings,
+            lifecycle=lifecycle,
+            metrics=metrics,
+            registry=registry,
+            galleries=ShardedGalleries.connect(self.topology.shards),
+            reload=ClusterReload(registry, self._broadcast, identity=_replica_id, expected=expected),
+            engine_info=self.engine_info,
+            render_metrics=ClusterMetrics(metrics, self._handle).render,
         )
-        self._staged = StagedVersions(app.state.registry)
+        self._registry, self._metrics = registry, metrics
+        self._staged = StagedVersions(registry)
         direct = self.topology.ingress == "direct"
         app.router.lifespan_context = _until_loaded(
             app.router.lifespan_context, partial(direct_ingress, settings=self.settings) if direct else None
         )
         app.add_middleware(ReplicaHeader, replica=_replica_id)
-        self._lnserve_app = app
         return app
 
     def _handle(self) -> Any:
@@ -188,14 +197,13 @@ class LnserveReplica:
         await self._staged.abort(token)
 
     async def check_health(self) -> None:
-        if self._lnserve_app is not None:
-            await probe_models(self._lnserve_app.state.registry)
+        if self._registry is not None:
+            await probe_models(self._registry)
 
     async def metrics_families(self) -> list[Any]:
         """This replica's metric samples (``ClusterMetrics`` broadcasts for them)."""
-        assert self._lnserve_app is not None
-        metrics = self._lnserve_app.state.metrics
-        return local_families(metrics.local if isinstance(metrics, ClusterMetrics) else metrics)
+        assert self._metrics is not None
+        return local_families(self._metrics)
 
     def engine_info(self) -> dict[str, Any]:
         """``/info``'s ``engine``: Ray, this replica, the replica count now, the bounds and the shards."""

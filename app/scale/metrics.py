@@ -62,16 +62,14 @@ class _Families:
 
 
 class ClusterMetrics:
-    """Stands in for ``app.state.metrics`` in a replica: ``render`` covers every replica.
+    """What ``/metrics`` answers in a replica (``create_app``'s ``render_metrics``): every replica's samples,
+    ``local`` (the metrics this replica counts into) standing in when the others cannot be reached.
 
     ``render`` blocks on the other replicas, so the route calls it in a worker thread.
     """
 
     def __init__(self, local: Metrics, handle: Callable[[], Any]) -> None:
         self.local, self._handle = local, handle
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.local, name)
 
     def render(self) -> bytes:
         try:

@@ -13,7 +13,7 @@ from ..galleries.layout import GalleryEntry, GalleryInfo
 from .errors import ModelNotFoundError
 
 if TYPE_CHECKING:
-    from ..galleries.store import GalleryStore
+    from ..galleries.protocol import GalleryStoreAPI
     from .registry import ModelEntry, ModelRegistry
 
 log = logging.getLogger("lnserve.galleries")
@@ -21,7 +21,7 @@ log = logging.getLogger("lnserve.galleries")
 _warm_started = threading.Lock()  # held forever once the warm-up has started: it runs once per process
 
 
-def warm_scorer(store: GalleryStore) -> None:
+def warm_scorer(store: GalleryStoreAPI) -> None:
     """Build the order-violation kernel in a daemon thread, once an order gallery exists (startup or create).
 
     Building it JIT-compiles the numba kernel (~5 s cold, under 1 s from numba's cache), too long for

@@ -5,10 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from ...serving.registry import ModelRegistry
 from ..answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
 from ..body_parsing import OffloadedBodyRoute
-from ..deps import RegistryDep, cancel_on_disconnect
+from ..deps import RegistryDep, cancel_on_disconnect, registry_of
 from ..schemas import (
     EncodeImagesRequest,
     EncodeImagesResponse,
@@ -27,7 +26,7 @@ async def encode(body: EncodeRequest, request: Request) -> Response:
     """Encode sentences into vectors (micro-batched with concurrent requests)."""
     # the registry straight from the app, not through RegistryDep: FastAPI solves every dependency on every
     # request, and this is the hot route (see deps.runtime_dependant)
-    registry: ModelRegistry = request.app.state.registry
+    registry = registry_of(request)
     entry = registry.get(body.model)
     entry.check_count(len(body.sentences))  # too many: that error, not the answer's size
     limit = limit_of(request)

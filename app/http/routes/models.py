@@ -5,11 +5,11 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from ...settings import Settings
-from ..deps import GalleriesDep, RegistryDep, SettingsDep
+from ..deps import EngineDep, GalleriesDep, RegistryDep, SettingsDep
 from ..schemas import Info, ModelList
 
 router = APIRouter(tags=["models"])
@@ -29,11 +29,10 @@ async def models(registry: RegistryDep) -> ModelList:
 
 
 @router.get("/info", response_model=Info)
-async def info(request: Request, registry: RegistryDep, settings: SettingsDep, store: GalleriesDep) -> Info:
+async def info(registry: RegistryDep, settings: SettingsDep, store: GalleriesDep, engine: EngineDep) -> Info:
     """Version, engine (one process or Ray, replicas, shards), models, the execution providers actually in
     use, the galleries, and the request limits."""
     galleries = await run_in_threadpool(store.list)
-    engine = getattr(request.app.state, "engine", None)  # set by the Ray replicas (lnserve.app.scale)
     models = registry.describe()
     default = next((m for m in models if m["default"]), None)
     return Info.model_validate(
@@ -41,7 +40,7 @@ async def info(request: Request, registry: RegistryDep, settings: SettingsDep, s
             **_tei_fields(default, settings),
             "version": lnserve_version(),
             "backend": settings.backend,
-            "engine": engine() if engine else {"name": "process", "replicas": 1, "shards": 1},
+            "engine": engine(),  # one process's, or a Ray replica's (lnserve.app.scale)
             "ready": registry.ready,
             "default_model": registry.default_name,
             "models": models,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from fastapi.openapi.models import Example
 
-from ..deps import RegistryDep, SettingsDep
+from ..deps import RegistryDep, ReloadDep, SettingsDep
 from ..errors import ReloadDisabledError
 from ..schemas import ErrorBody, ModelInfo
 
@@ -34,17 +34,17 @@ async def reload_model(
     name: Annotated[str, Path(openapi_examples={"demo": Example(value="demo-lngru")})],
     registry: RegistryDep,
     settings: SettingsDep,
-    request: Request,
+    reload: ReloadDep,
 ) -> ModelInfo:
     """Load the artifact now in the model's directory beside the serving version, warm it up, switch to it
     atomically and retire the old version once its last request ends; on failure the old version serves on
     and the reason is returned. ``name`` may be an alias: the model it names is reloaded.
-    Under ``serve --ray`` every replica does so, or none (``app.state.reload``: ``scale.reload``)."""
+    Under ``serve --ray`` every replica does so, or none (the reload ``create_app`` was given:
+    ``scale.reload``)."""
     if settings.api_key is None and not settings.reload_without_key:
         raise ReloadDisabledError(
             "reload is an admin action and this server has no API key: set LNSERVE_API_KEY (then send "
             "Authorization: Bearer <key>), or LNSERVE_RELOAD_WITHOUT_KEY=true to allow it without one"
         )
-    reload = getattr(request.app.state, "reload", None) or registry.reload
     entry = await reload(name)
     return ModelInfo.model_validate(entry.describe(default=entry.name == registry.default_name))

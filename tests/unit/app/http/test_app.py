@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -95,3 +96,81 @@ def test_an_empty_models_folder_serves_the_demo_only_when_asked(
     ):
         given = Settings(models=models, demo_if_empty=True)
         assert demo_if_empty(given) is given
+
+
+def test_the_app_serves_what_create_app_is_given(tmp_path: Path) -> None:
+    """Every route and the middleware use what the factory was given (``lnserve serve --ray`` gives a
+    replica's reload, galleries, engine and metrics text), never a default of their own beside it."""
+    from lnserve.app.galleries.store import GalleryStore
+    from lnserve.app.http.lifecycle import Lifecycle
+    from lnserve.app.http.main import model_registry
+    from lnserve.app.http.metrics import Metrics
+    from lnserve.app.runtime.model_ref import ModelRef
+    from lnserve.errors import LnserveError
+
+    class GivenReloadFailed(LnserveError):
+        code = "reload_failed"
+
+    async def reload(name: str) -> Any:
+        raise GivenReloadFailed(f"the given reload, for {name}")
+
+    settings = Settings(galleries_dir=tmp_path / "default", reload_without_key=True)
+    lifecycle, metrics = Lifecycle(), Metrics()
+    registry = model_registry(settings, metrics=metrics, lifecycle=lifecycle)
+    galleries = GalleryStore(tmp_path / "given", scorer="numpy")
+    ref = ModelRef(name="toy", identity="a" * 64, family="order-embedding", method="order", dim=8)
+    galleries.create("given-gallery", kind="images", model=ref)
+    engine = {"name": "ray", "replicas": 7, "shards": 3, "replica": "r1"}
+    given = create_app(
+        settings,
+        lifecycle=lifecycle,
+        metrics=metrics,
+        registry=registry,
+        galleries=galleries,
+        reload=reload,
+        engine_info=lambda: engine,
+        render_metrics=lambda: b"# the given metrics text\n",
+    )
+
+    async def main() -> None:
+        transport = httpx.ASGITransport(app=given)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            info = (await c.get("/info")).json()
+            assert info["engine"] == engine
+            assert [g["name"] for g in info["galleries"]] == ["given-gallery"]
+            assert [g["name"] for g in (await c.get("/galleries")).json()["galleries"]] == ["given-gallery"]
+            scraped = await c.get("/metrics")
+            assert scraped.status_code == 200 and scraped.content == b"# the given metrics text\n"
+            r = await c.post("/models/demo-lngru/reload")
+            assert r.status_code == 422 and r.json()["error"]["code"] == "reload_failed"
+            assert r.json()["error"]["message"] == "the given reload, for demo-lngru"
+            r = await c.post("/encode", json={"sentences": ["a dog"]})  # the given registry: never opened
+            assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
+
+    asyncio.run(main())
+    counted = metrics.render().decode()  # the middleware counted into the given metrics
+    assert 'route="/info"' in counted and 'route="/models/{name}/reload"' in counted
+    lifecycle.inflight = 5  # the given registry's batchers read the given lifecycle's count
+    assert registry.in_flight() == 5
+    assert not (tmp_path / "default").exists()
+
+
+def test_create_app_serves_one_process_by_default(tmp_path: Path) -> None:
+    """Without arguments: the engine is one process, ``/metrics`` is the app's own counts, a reload is the
+    registry's (404 for a name it does not serve)."""
+
+    async def main() -> None:
+        app = create_app(Settings(galleries_dir=tmp_path, reload_without_key=True))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            assert (await c.get("/info")).json()["engine"] == {
+                "name": "process",
+                "replicas": 1,
+                "shards": 1,
+                "replica": None,
+            }
+            r = await c.post("/models/nope/reload")
+            assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+            assert 'route="/info"' in (await c.get("/metrics")).text
+
+    asyncio.run(main())
