@@ -16,19 +16,12 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from lnserve.errors import UserInputError
+from lnserve.errors import InvalidSettingError
 
 from .runtime.engine import BACKENDS, DEFAULT_BACKEND
 from .runtime.retrieval import SCORERS
 
 SERVE_BODY_GRACE_MS = 500.0  # body_arrival_grace_ms unset, outside Ray's proxy: a few network round trips
-
-
-class InvalidSettingError(UserInputError):
-    """A setting (``LNSERVE_*`` variable or ``serve`` flag) has a value it cannot take: a configuration
-    mistake, reported as one line (CLI exit 2), not as a validation dump."""
-
-    code = "invalid_setting"
 
 
 def _default_threads() -> int:

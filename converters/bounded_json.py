@@ -17,13 +17,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .errors import JsonBoundsError
+
 MAX_DEPTH = 32  # the project's own files nest 6 levels at most (manifest: files -> name -> sha256)
 MANIFEST_MAX_BYTES = 4 << 20  # a manifest lists a few files and options: kilobytes
 TABLE_MAX_BYTES = 256 << 20  # vocab.json / dictionary.json: a published dictionary is ~20 MB
-
-
-class JsonBoundsError(ValueError):
-    """The JSON is nested too deeply, too large, or not in a regular file."""
 
 
 def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:

@@ -1,21 +1,8 @@
-"""The lnserve exception tree. Every error carries a stable snake_case ``code`` used by HTTP and the CLI, and
-the CLI's ``exit_code``; the HTTP status of each code is the app's business (one table in
-``app.http.errors``).
-
-LnserveError                       (internal_error)    unexpected failure: CLI exit 1
-├── StorageFullError               (storage_full)      the disk, a quota or the file-size limit is full
-└── UserInputError                 (invalid_input)     the caller's input is wrong: CLI exit 2
-    ├── ConversionError            (conversion_error)  a legacy checkpoint cannot be read faithfully
-    │   ├── UnsafePickleError      (unsafe_pickle)     a pickle names a global outside the allow-list
-    │   ├── CorruptFileError       (corrupt_file)      truncated / unreadable file
-    │   ├── MissingParameterError  (missing_parameter) a parameter the cell needs is absent
-    │   ├── ShapeMismatchError     (shape_mismatch)    a parameter has the wrong shape or dtype
-    │   ├── UnknownCellTypeError   (unknown_cell_type) options + keys match no known cell
-    │   └── TableMismatchError     (table_mismatch)    word table rows != dictionary lines
-    ├── ArtifactError              (artifact_error)    a converted model directory is unusable
-    │   ├── ArtifactVersionError   (artifact_version)  written by a newer lnserve
-    │   └── ManifestMismatchError  (manifest_mismatch) files do not match what the manifest says
-    └── (the runtime's errors: ``lnserve.app.runtime.errors``)
+"""The converters' errors: a legacy checkpoint that cannot be read faithfully (``ConversionError`` and its
+kinds) and a converted model directory that is unusable (``ArtifactError``), all the caller's input (CLI
+exit 2); and ``JsonBoundsError``, the ``ValueError`` of ``bounded_json``. Every error carries a stable
+snake_case ``code`` used by HTTP and the CLI; the HTTP status of each code is the app's business (one table
+in ``app.http.errors``). The whole tree, generated from the code: docs/errors.md.
 """
 
 from __future__ import annotations
@@ -81,3 +68,7 @@ class ManifestMismatchError(ArtifactError):
     """The artifact's files do not match its manifest (tampered or corrupt)."""
 
     code = "manifest_mismatch"
+
+
+class JsonBoundsError(ValueError):
+    """The JSON is nested too deeply, too large, or not in a regular file."""

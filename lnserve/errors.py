@@ -1,5 +1,10 @@
 """The root of lnserve's error tree: every layer raises these or their subclasses, and each carries the
-stable ``code`` that HTTP answers and CLI messages show."""
+stable ``code`` that HTTP answers and CLI messages show. Here too the errors of the environment any layer
+may meet: a full disk, an optional extra not installed, a setting with a value it cannot take.
+
+Each layer keeps its own in its ``errors.py`` (``converters/errors.py``, ``app/runtime/errors.py``,
+``app/serving/errors.py``...); the whole tree, with each code's HTTP status and exit code, is generated from
+them into docs/errors.md."""
 
 from __future__ import annotations
 
@@ -27,6 +32,23 @@ class UserInputError(LnserveError):
 
     code = "invalid_input"
     exit_code = 2
+
+
+class MissingExtraError(UserInputError):
+    """A command needs a package of an optional extra that is not installed (``pip install 'lnserve[X]'``)."""
+
+    code = "missing_extra"
+
+    def __init__(self, what: str, module: str, extra: str) -> None:
+        self.module, self.extra = module, extra
+        super().__init__(f"{what} needs {module}, which is not installed: pip install 'lnserve[{extra}]'")
+
+
+class InvalidSettingError(UserInputError):
+    """A setting (``LNSERVE_*`` variable or ``serve`` flag) has a value it cannot take: a configuration
+    mistake, reported as one line (CLI exit 2), not as a validation dump."""
+
+    code = "invalid_setting"
 
 
 def shown(text: str) -> str:

@@ -14,7 +14,7 @@ import importlib.util
 import sys
 from types import ModuleType
 
-from lnserve.errors import UserInputError
+from lnserve.errors import MissingExtraError
 
 # extra -> what it is for (the message's tail); the packages are pyproject.toml's
 EXTRAS: dict[str, str] = {
@@ -22,16 +22,6 @@ EXTRAS: dict[str, str] = {
     "eval": "lnserve eval skip-thoughts (scikit-learn, scipy and torch)",
     "ray": "lnserve serve --ray (Ray Serve)",
 }
-
-
-class MissingExtraError(UserInputError):
-    """A command needs a package of an optional extra that is not installed (``pip install 'lnserve[X]'``)."""
-
-    code = "missing_extra"
-
-    def __init__(self, what: str, module: str, extra: str) -> None:
-        self.module, self.extra = module, extra
-        super().__init__(f"{what} needs {module}, which is not installed: pip install 'lnserve[{extra}]'")
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lnserve.errors import UserInputError
 from lnserve.input_files import read_bounded
+
+from .errors import EvalDataError
 
 STS14_SETS = ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news")
 SICK_FILES = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
@@ -43,12 +44,6 @@ TASK_FILES = {
     "sick-e": SICK_FILES,
     "sts14": tuple(f"STS.{kind}.{name}.txt" for name in STS14_SETS for kind in ("input", "gs")),
 }
-
-
-class EvalDataError(UserInputError):
-    """An evaluation set's file is missing or not in its distribution format."""
-
-    code = "eval_data"
 
 
 @dataclass(frozen=True)

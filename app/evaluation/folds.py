@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import TooFewItems
+
 C_GRID = tuple(2.0**t for t in range(9))  # ``[2**t for t in range(0, 9, 1)]``
-
-
-class TooFewItems(ValueError):
-    """A set too small for its folds (the original KFold refused it too)."""
-
-
-class DegenerateSplit(ValueError):
-    """Data a protocol cannot score although each file is well formed: a training split holding one class
-    only (liblinear refuses it), or scores that are all equal (a correlation with a constant is undefined)."""
 
 
 def kfold(n: int, k: int, *, shuffle_seed: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:

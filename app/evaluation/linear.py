@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .folds import DegenerateSplit
+from .errors import DegenerateSplit
 
 
 def _require_sklearn() -> None:

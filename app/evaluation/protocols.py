@@ -16,10 +16,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from . import datasets as ds
+from .errors import DegenerateSplit, EvalDataError, TooFewItems
 from .folds import (
     C_GRID,
-    DegenerateSplit,
-    TooFewItems,
     best_index,
     kfold,
     shuffled_order,
@@ -70,10 +69,10 @@ def run_task(task: str, ctx: Context) -> dict[str, Any]:
     try:
         return runners[task](ctx)
     except TooFewItems as exc:
-        raise ds.EvalDataError(f"task {task}: the files in {ctx.data} are too small: {exc}") from None
+        raise EvalDataError(f"task {task}: the files in {ctx.data} are too small: {exc}") from None
     except DegenerateSplit as exc:
         files = ", ".join(str(ctx.data / name) for name in ds.TASK_FILES[task])
-        raise ds.EvalDataError(f"task {task} ({files}): {exc}") from None
+        raise EvalDataError(f"task {task} ({files}): {exc}") from None
 
 
 # -- MR, CR, SUBJ, MPQA: eval_classification.eval_nested_kfold -----------------------------------------
@@ -389,7 +388,7 @@ def sts14(ctx: Context) -> dict[str, Any]:
         try:
             require_varying(sim, "cosine similarity")
         except DegenerateSplit as exc:
-            raise ds.EvalDataError(f"{ctx.data / f'STS.input.{name}.txt'}: task sts14: {exc}") from None
+            raise EvalDataError(f"{ctx.data / f'STS.input.{name}.txt'}: task sts14: {exc}") from None
         per[name] = {
             "pearson": float(pearsonr(sim, p.y)[0]),
             "spearman": float(spearmanr(sim, p.y)[0]),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .folds import DegenerateSplit
+from .errors import DegenerateSplit
 
 CLASSES = 5
 RATINGS = np.arange(1, CLASSES + 1, dtype=np.float64)

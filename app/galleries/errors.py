@@ -1,18 +1,7 @@
 """Gallery errors, all under the lnserve root: codes only (CLI exit 2; ``app.http.errors`` maps codes to
-HTTP).
-
-UserInputError
-└── GalleryError            (gallery_error)
-    ├── GalleryNotFoundError   (gallery_not_found)  no gallery of that name
-    ├── GalleryExistsError     (gallery_exists)     create with a taken name
-    ├── ItemNotFoundError      (item_not_found)     no live item with that id
-    ├── DuplicateItemError     (duplicate_item)     id already present (or repeated in one batch)
-    ├── GalleryMismatchError   (gallery_mismatch)   wrong model or item kind for this gallery
-    └── GalleryInputError      (invalid_input)      bad name, vector shape, k, payload
-        └── InvalidItemIdError (invalid_item_id)    an id no URL path segment can address
-LnserveError
-└── GalleryCorruptError     (gallery_corrupt)    the gallery's files are damaged: it is quarantined
-                                                 (CLI exit 2; ``lnserve gallery check / repair``)
+HTTP). ``GalleryError`` and its kinds are the caller's; ``GalleryCorruptError`` is a damaged gallery,
+quarantined until ``lnserve gallery check / repair``. The whole tree, generated from the code:
+docs/errors.md.
 """
 
 from __future__ import annotations

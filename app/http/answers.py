@@ -29,9 +29,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lnserve.errors import UserInputError
-
 from ..serving.memory import trim_heap
+from .errors import AnswerTooLargeError
 
 # the most orjson writes for one float32 with its separator ("-1.2345678e-05,"): an upper bound, so an answer
 # of vectors that passes the check up front cannot pass the bound when written
@@ -43,13 +42,6 @@ INLINE_ANSWER_BYTES = 256 << 10  # estimated under it: written on the loop (a th
 _PIECE_BYTES = 256 << 10  # one orjson call writes about this much: the GIL is free between calls
 _SPLIT_DEPTH = 3  # answer -> results -> per query -> hits: deeper values are written whole
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-
-
-class AnswerTooLargeError(UserInputError):
-    """The answer would be larger than ``max_answer_bytes``: ask for fewer items, a smaller ``k``, or
-    fewer queries per request."""
-
-    code = "answer_too_large"
 
 
 def limit_of(request: Request) -> int:

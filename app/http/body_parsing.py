@@ -47,11 +47,9 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lnserve.errors import LnserveError
-
 from ..serving.errors import TooManySentencesError
 from .deps import runtime_dependant
-from .errors import is_json
+from .errors import BodyParserError, is_json
 from .schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
 from .schemas.retrieval import ItemsAdd, RetrieveRequest
 from .schemas.tei import (
@@ -94,10 +92,6 @@ _COUNTS: dict[type[BaseModel], tuple[Callable[[Any], int], str]] = {
     TEIDecodeRequest: (lambda b: 1 if not b.ids or isinstance(b.ids[0], int) else len(b.ids), "items"),
     ScoreRequest: (lambda b: max(len(b.captions), len(b.images)), "captions or images"),
 }
-
-
-class BodyParserError(LnserveError):
-    """The body-parsing worker process died (it is restarted for the next request)."""
 
 
 def _validate(model: type[BaseModel], raw: bytes, max_items: int) -> BaseModel | list[dict[str, Any]]:

@@ -31,20 +31,13 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from .disconnects import LossSignallingProtocol
+from .errors import HeadRefused
 from .protocol_errors import Refusals
 
 MAX_URL_BYTES = 8192
 MAX_HEADER_BYTES = 65536
 _REQUEST_LINE_SLACK = 64  # method, spaces, version and line end around the target
 _MALFORMED = "malformed HTTP request"
-
-
-class HeadRefused(Exception):
-    """A head over a limit (or unreadable): the status, code and message to answer with."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 def url_too_long(limit: int) -> HeadRefused:

@@ -21,8 +21,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 from starlette.routing import BaseRoute, Mount
 
-from lnserve.errors import LnserveError
-from lnserve.extras import MissingExtraError
+from lnserve.errors import LnserveError, MissingExtraError
 
 from ..galleries.demo import install_demo_gallery
 from ..galleries.errors import GalleryCorruptError

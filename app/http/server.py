@@ -25,30 +25,17 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LifespanType
 
-from lnserve.errors import UserInputError
-
 from ...converters.artifact import read_artifact
 from ..serving.registry import ModelDirs, resolve_model_dirs
 from ..settings import Settings
 from .connection_deadlines import deadline_protocol
+from .errors import AddressInUseError, BindError
 from .head_limits import h11_protocol
 from .lifecycle import Lifecycle
 from .main import create_app
 
 log = logging.getLogger("lnserve.server")
 _UVICORN_GRACE_S = 1.0  # uvicorn's own cancel comes this long after our drain deadline, as a backstop
-
-
-class AddressInUseError(UserInputError):
-    """Another process already listens on the address and port."""
-
-    code = "address_in_use"
-
-
-class BindError(UserInputError):
-    """The address cannot be listened on (unknown host, not this machine's, a privileged port)."""
-
-    code = "bind_failed"
 
 
 def check_models(settings: Settings, model_dirs: ModelDirs | None = None) -> None:

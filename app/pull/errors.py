@@ -1,17 +1,6 @@
 """Errors raised while pulling a published checkpoint set. All are ``UserInputError``s (CLI exit 2): the
-network, the remote host or the files are at fault, not lnserve.
-
-PullError                      (download_failed)    a download could not be completed
-├── OfflineError               (offline)            no connection to the host could be opened at all
-├── RemoteNotFoundError        (not_found)          the host answered 404 / 410 for a file
-├── TruncatedDownloadError     (truncated)          the body ended before the announced length, every try
-├── StalledDownloadError       (stalled)            under 1 KiB arrived in --stall-timeout, every try
-├── DeadlineExceededError      (deadline_exceeded)  the whole download took longer than --deadline
-├── ChecksumMismatchError      (checksum_mismatch)  the file's sha256 (or size) differs from the catalog's
-├── UnsafeArchiveError         (unsafe_archive)     an archive member is missing or not a plain file
-├── MissingFilesError          (missing_files)      ``--from DIR`` lacks files of the set
-├── UnknownCatalogEntryError   (unknown_model)      the name is not in the catalog
-└── UnpublishedFileError       (unpublished_file)   the set needs a file that was never published
+network, the remote host or the files are at fault, not lnserve. The whole tree, generated from the code:
+docs/errors.md.
 """
 
 from __future__ import annotations

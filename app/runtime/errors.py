@@ -1,12 +1,6 @@
-"""Errors the runtime raises while loading or running an exported model (codes only; ``app.http.errors`` maps
-them to HTTP statuses, the CLI exits with ``exit_code``).
-
-LnserveError
-├── ProviderUnavailableError       (provider_unavailable) strict mode did not get the asked provider (exit 2)
-└── UserInputError
-    ├── ArtifactError
-    │   └── OnnxModelError         (onnx_model_invalid) exported graph missing, corrupt or incompatible
-    └── EncodeInputError           (invalid_input)     text / features given to an encoder are unusable
+"""Errors of the runtime layer (codes only; ``app.http.errors`` maps them to HTTP statuses, the CLI exits
+with ``exit_code``): an exported model that cannot load or run, input an encoder cannot use, a provider
+strict mode did not get. The whole tree, generated from the code: docs/errors.md.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ cleaned and every gallery is verified on every shard; a gallery whose part on an
 quarantined as a whole (listed as a ``CorruptGallery`` with that shard's reason, 503 ``gallery_corrupt`` on
 every use: ``shards.raise_first``).
 
-Errors are the store's own (raised by the shards); the engine adds one (see ``app.http.errors`` for the tree):
-
-└── ShardUnavailableError  (shard_unavailable)  a shard did not answer (restarting, node lost)
+Errors are the store's own (raised by the shards); the engine adds one, ``ShardUnavailableError``
+(``app.scale.errors``): a shard did not answer (restarting, node lost). The whole tree: docs/errors.md.
 """
 
 from __future__ import annotations
@@ -25,11 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lnserve.errors import LnserveError
-
 from ..galleries.errors import GalleryNotFoundError, ItemNotFoundError
 from ..galleries.layout import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo
 from ..runtime.model_ref import ModelRef
+from .errors import ShardUnavailableError
 from .merge import merge_results
 from .shard_store import shard_label
 from .shards import GALLERIES_APP, raise_first, shard_name
@@ -38,12 +36,6 @@ if TYPE_CHECKING:
     from ..galleries.protocol import GalleryStoreAPI
 
 CALL_TIMEOUT_S = 300.0
-
-
-class ShardUnavailableError(LnserveError):
-    """A gallery shard did not answer (restarting, its node lost): retry after ``Retry-After``."""
-
-    code = "shard_unavailable"
 
 
 def _result(response: Any) -> tuple[str, Any]:

@@ -6,9 +6,8 @@ a small object store, no dashboard) and ends with it. With ``--address`` this pr
 cluster (``ray start --head`` on one machine, ``ray start --address=HEAD:6379`` on the others) and deletes
 its applications on exit, leaving the cluster running.
 
-Errors (CLI, exit 2, nothing deployed):
-
-└── ClusterUnreachableError  (cluster_unreachable)  --address names no cluster this process can join
+Errors (``app.scale.errors``; the whole tree: docs/errors.md): ``ClusterUnreachableError`` (CLI, exit 2,
+nothing deployed) when ``--address`` names no cluster this process can join.
 """
 
 from __future__ import annotations
@@ -27,10 +26,11 @@ from lnserve.errors import UserInputError
 from ..galleries.layout import default_root
 from ..settings import Settings
 from .deployment import INGRESS_APP, INGRESS_DEPLOYMENT, LnserveReplica, Topology
+from .errors import ClusterLostError, ClusterUnreachableError
 from .ingress import INGRESS_MODES
 from .proxy import CALLBACK as PROXY_CALLBACK
 from .shards import GALLERIES_APP, GalleryShard, shard_name
-from .watch import WATCH_PERIOD_S, ClusterLostError, ClusterWatch, exit_now, within
+from .watch import WATCH_PERIOD_S, ClusterWatch, exit_now, within
 
 log = logging.getLogger("lnserve.scale")
 
@@ -87,12 +87,6 @@ class RayOptions:
             self.shards, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
             gpus_per_replica=gpus_per_replica, ingress=self.ingress,
         )  # fmt: skip
-
-
-class ClusterUnreachableError(UserInputError):
-    """``--address`` names no cluster this process can join (not running there, or not its token)."""
-
-    code = "cluster_unreachable"
 
 
 def wants_gpu(settings: Settings, cluster_gpus: float) -> bool:
@@ -277,7 +271,7 @@ def _check_proxy_address(settings: Settings) -> None:
     address where nothing listens."""
     from ray.serve.context import _get_global_client
 
-    from ..http.server import AddressInUseError
+    from ..http.errors import AddressInUseError
 
     client = _get_global_client()
     assert client is not None  # serve.start just ran

@@ -31,7 +31,8 @@ from typing import Any
 
 from lnserve.errors import LnserveError
 
-from ..serving.registry import ModelEntry, ModelRegistry, ReloadBusyError, ReloadFailedError
+from ..serving.errors import ReloadBusyError, ReloadFailedError
+from ..serving.registry import ModelEntry, ModelRegistry
 
 log = logging.getLogger("lnserve.scale.reload")
 

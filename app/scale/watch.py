@@ -25,12 +25,6 @@ CONNECT_TIMEOUT_S = 2.0
 LOST_AFTER = 5  # failed checks in a row (a restarting GCS or a busy host is not a lost cluster)
 
 
-class ClusterLostError(LnserveError):
-    """The Ray cluster (its GCS) stopped answering while ``serve --ray`` ran: the service is down."""
-
-    code = "cluster_lost"
-
-
 class ClusterWatch:
     """Counts failed connects to the GCS's address; ``lost`` says why once it has failed ``LOST_AFTER``
     times in a row."""

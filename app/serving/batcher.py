@@ -36,9 +36,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lnserve.errors import LnserveError
-
 from .deadlines import request_deadline_s
+from .errors import (
+    BatchError,
+    DeadlineExceededError,
+    ModelUnavailableError,
+    QueueFullError,
+    ShuttingDownError,
+)
 from .timing import record_job
 
 log = logging.getLogger("lnserve.batcher")
@@ -47,38 +52,6 @@ RunBatch = Callable[[Hashable, list[Any]], Sequence[Any]]
 # queue times and deadlines: monotonic and sub-microsecond. Not the event loop's clock: uvloop's ``time()``
 # has whole milliseconds, so every X-Queue-Time-Ms read 0.000 or 1.000 and deadlines were cut to the ms
 now = time.perf_counter
-
-
-class QueueFullError(LnserveError):
-    """The model's queue is full: retry after ``retry_after`` seconds."""
-
-    code = "queue_full"
-
-    def __init__(self, message: str, *, retry_after: int = 1) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class ShuttingDownError(LnserveError):
-    """The batcher is draining for shutdown and takes no new work."""
-
-    code = "shutting_down"
-
-
-class ModelUnavailableError(LnserveError):
-    """The model's batcher has stopped after an internal failure: it takes no work until a restart."""
-
-    code = "model_unavailable"
-
-
-class DeadlineExceededError(LnserveError):
-    """The job waited in the queue past its deadline: dropped unrun (its client has likely given up)."""
-
-    code = "deadline_exceeded"
-
-
-class BatchError(LnserveError):
-    """A batch could not be completed (a failing model or a bug); the job has no result (HTTP 500)."""
 
 
 class BatchObserver(Protocol):

@@ -1,5 +1,5 @@
 """The service's own errors (raised by the registry, the batcher and the request path); their HTTP statuses
-live in ``app.http.errors``."""
+live in ``app.http.errors``. The whole tree, generated from the code: docs/errors.md."""
 
 from __future__ import annotations
 
@@ -67,3 +67,56 @@ class ClientClosedError(LnserveError):
     """The client disconnected before its result was ready."""
 
     code = "client_closed_request"
+
+
+class QueueFullError(LnserveError):
+    """The model's queue is full: retry after ``retry_after`` seconds."""
+
+    code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ShuttingDownError(LnserveError):
+    """The batcher is draining for shutdown and takes no new work."""
+
+    code = "shutting_down"
+
+
+class ModelUnavailableError(LnserveError):
+    """The model's batcher has stopped after an internal failure: it takes no work until a restart."""
+
+    code = "model_unavailable"
+
+
+class DeadlineExceededError(LnserveError):
+    """The job waited in the queue past its deadline: dropped unrun (its client has likely given up)."""
+
+    code = "deadline_exceeded"
+
+
+class BatchError(LnserveError):
+    """A batch could not be completed (a failing model or a bug); the job has no result (HTTP 500)."""
+
+
+class ReloadFailedError(LnserveError):
+    """``POST /models/NAME/reload`` could not load, check or warm the new version: the old one serves on."""
+
+    code = "reload_failed"
+
+
+class ReloadBusyError(LnserveError):
+    """``serve --ray``: another replica's reload of this model is staged here and not yet committed. At most
+    two versions of a model are resident (the serving one and one staged or retiring), so this one is
+    refused rather than loaded as a third; retry when that reload has answered."""
+
+    code = "reload_in_progress"
+
+
+class ModelRenamedError(LnserveError):
+    """The new version's manifest names the model differently: a served model keeps its name (clients
+    address it by name) until a restart, so the reload is refused and the old version serves on."""
+
+    code = "model_renamed"

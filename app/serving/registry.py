@@ -20,18 +20,21 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from lnserve.errors import LnserveError, UserInputError
+from lnserve.errors import InvalidSettingError, UserInputError
 
 from ...converters.artifact import MANIFEST, check_model_name, read_manifest
 from ...converters.errors import ArtifactError
 from ..runtime.engine import Engine, bad_rows, nonfinite_error
 from ..runtime.errors import EncodeInputError
 from ..runtime.model_ref import ModelRef
-from ..settings import InvalidSettingError, Settings
+from ..settings import Settings
 from .batcher import BatchLimits, BatchObserver, MicroBatcher
 from .errors import (
     ModelNotFoundError,
+    ModelRenamedError,
     NotReadyError,
+    ReloadBusyError,
+    ReloadFailedError,
     SentenceTooLongError,
     TooManySentencesError,
 )
@@ -44,27 +47,6 @@ INLINE_TOKENIZE_CHARS = 64 * 1024  # larger request texts are tokenised off the 
 State = Literal["pending", "loading", "ready", "failed"]
 WARMUP_SENTENCE = "a dog sitting on a table"
 RETIRE_WAIT_MIN_S = 60.0  # a retiring version waits at most max(this, 2 x request_timeout) for its holders
-
-
-class ReloadFailedError(LnserveError):
-    """``POST /models/NAME/reload`` could not load, check or warm the new version: the old one serves on."""
-
-    code = "reload_failed"
-
-
-class ReloadBusyError(LnserveError):
-    """``serve --ray``: another replica's reload of this model is staged here and not yet committed. At most
-    two versions of a model are resident (the serving one and one staged or retiring), so this one is
-    refused rather than loaded as a third; retry when that reload has answered."""
-
-    code = "reload_in_progress"
-
-
-class ModelRenamedError(LnserveError):
-    """The new version's manifest names the model differently: a served model keeps its name (clients
-    address it by name) until a restart, so the reload is refused and the old version serves on."""
-
-    code = "model_renamed"
 
 
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.~/:])/(?:[^/\s'\"(),:;]+/)+([^/\s'\"(),:;]*)")

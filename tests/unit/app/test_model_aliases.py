@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from lnserve.app.serving.registry import ModelRegistry, resolve_model_dirs
-from lnserve.app.settings import InvalidSettingError, load_settings
+from lnserve.app.settings import load_settings
+from lnserve.errors import InvalidSettingError
 
 
 def test_pairs_are_parsed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from lnserve.app.runtime.engine import DEFAULT_BACKEND
-from lnserve.app.settings import InvalidSettingError, Settings, load_settings
+from lnserve.app.settings import Settings, load_settings
+from lnserve.errors import InvalidSettingError
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lnserve.app.evaluation import datasets as ds
+from lnserve.app.evaluation.errors import EvalDataError
 from tests.support import eval_sets, hostile_files
 
 
@@ -78,7 +79,7 @@ def test_missing_file_names_the_expected_file(data: Path, tmp_path: Path, task: 
             (tmp_path / f.name).write_bytes(f.read_bytes())
     from lnserve.app.evaluation.readiness import check_task_files
 
-    with pytest.raises(ds.EvalDataError) as err:
+    with pytest.raises(EvalDataError) as err:
         check_task_files(task, tmp_path, fast=False)
     msg = str(err.value)
     assert missing in msg and "\n" not in msg and err.value.exit_code == 2
@@ -114,7 +115,7 @@ def test_malformed_file_is_one_line_naming_it(
     (tmp_path / name).write_bytes(content)
     from lnserve.app.evaluation.readiness import check_task_files
 
-    with pytest.raises(ds.EvalDataError) as err:
+    with pytest.raises(EvalDataError) as err:
         check_task_files(task, tmp_path, fast=False)
     assert name in str(err.value) and needle in str(err.value) and "\n" not in str(err.value)
 
@@ -136,5 +137,5 @@ def test_every_set_file_refuses_hostile_files(
     bad = tmp_path / name
     hostile_files.make(kind, bad, max_bytes=ds.MAX_FILE_BYTES, max_line_bytes=ds.MAX_LINE_BYTES, pad=True)
     exc = hostile_files.raised_within(10, lambda: check_task_files(task, tmp_path, fast=True), bad)
-    assert isinstance(exc, ds.EvalDataError), exc
+    assert isinstance(exc, EvalDataError), exc
     assert str(exc).startswith(f"{bad}: ") and "\n" not in str(exc)

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnserve.app.http.answers import AnswerTooLargeError, hits_bytes, render, vectors_bytes
+from lnserve.app.http.answers import hits_bytes, render, vectors_bytes
+from lnserve.app.http.errors import AnswerTooLargeError
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(),

@@ -13,8 +13,9 @@ import pytest
 from lnserve.app.http.main import create_app
 from lnserve.app.http.routes import ROUTER_MODULES
 from lnserve.app.serving.registry import demo_if_empty, resolve_model_dirs
-from lnserve.app.settings import InvalidSettingError, Settings
+from lnserve.app.settings import Settings
 from lnserve.converters.errors import ArtifactError
+from lnserve.errors import InvalidSettingError
 
 
 def test_ready_turns_true_after_load_and_warm_up(tmp_path: Path) -> None:

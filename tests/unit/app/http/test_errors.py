@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import lnserve.app.galleries.errors  # loaded so the gallery errors are checked against the tree too
 import lnserve.app.http.errors
 import lnserve.app.pull.errors  # loaded so its error classes are checked too
-import lnserve.app.serving.batcher
+import lnserve.app.serving.errors
 from lnserve.app.http.errors import (
     ERROR_TABLE,
     HTTP_STATUSES,
@@ -20,6 +19,10 @@ from lnserve.app.http.errors import (
 from lnserve.app.runtime.errors import ProviderUnavailableError
 from lnserve.converters.errors import UnsafePickleError
 from lnserve.errors import LnserveError, UserInputError
+from tests.support.error_tree import PAGE
+
+# the error tree, generated from the errors modules (tests/docs/test_error_tree.py keeps it so)
+TREE_PAGE = PAGE.read_text(encoding="utf-8")
 
 
 def _subclasses(cls: type) -> set[type]:
@@ -34,14 +37,15 @@ def test_every_error_class_has_code_and_status() -> None:
     assert {
         lnserve.app.serving.errors.ModelNotFoundError,
         lnserve.app.serving.errors.NotReadyError,
-        lnserve.app.serving.batcher.QueueFullError,
+        lnserve.app.serving.errors.QueueFullError,
     } <= classes
     assert lnserve.app.galleries.errors.GalleryNotFoundError in classes
     for cls in classes:
         assert cls.code and cls.code == cls.code.lower() and " " not in cls.code, cls
         assert cls.code in HTTP_STATUSES or issubclass(cls, UserInputError), f"{cls.__name__}: no status"
-        doc = (sys.modules[cls.__module__].__doc__ or "") + (lnserve.app.http.errors.__doc__ or "")
-        assert cls.code in doc, f"{cls.__name__} missing from the error tree in {cls.__module__}'s docstring"
+        assert f"── {cls.__name__} " in TREE_PAGE, (
+            f"{cls.__name__} missing from the error tree in docs/errors.md"
+        )
 
 
 def test_statuses_of_the_service_errors() -> None:
@@ -50,7 +54,7 @@ def test_statuses_of_the_service_errors() -> None:
     assert http_status(lnserve.app.serving.errors.SentenceTooLongError("m")) == 422
     assert http_status(lnserve.app.serving.errors.TooManySentencesError("m")) == 422
     assert http_status(lnserve.app.serving.errors.UnauthorizedError("m")) == 401
-    assert http_status(lnserve.app.serving.batcher.QueueFullError("m")) == 429
+    assert http_status(lnserve.app.serving.errors.QueueFullError("m")) == 429
     assert http_status(lnserve.app.serving.errors.NotReadyError("m")) == 503
     assert http_status(ProviderUnavailableError("m")) == 503
     assert http_status(UnsafePickleError("m")) == 422  # an unlisted input code is the caller's fault
@@ -106,3 +110,13 @@ def test_the_status_table_is_the_list_of_answered_codes() -> None:
     answered = http_error_codes()
     assert set(answered) == set(HTTP_STATUSES) - NOT_ANSWERED
     assert all(HTTP_STATUSES[code] == status for code, status in answered.items())
+
+
+def test_error_tree_draws_each_class_with_its_code_status_and_exit_code() -> None:
+    """``error_tree`` (what docs/errors.md shows) draws a subtree too: nesting, code, HTTP status, exit."""
+    lines = lnserve.app.http.errors.error_tree(lnserve.app.galleries.errors.GalleryError).splitlines()
+    assert lines[0].split() == ["GalleryError", "gallery_error", "422", "exit", "2", "app.galleries.errors"]
+    assert lines[1].split()[:4] == ["├──", "GalleryNotFoundError", "gallery_not_found", "404"]
+    assert lines[-1].split()[:5] == ["└──", "InvalidItemIdError", "invalid_item_id", "422", "exit"]
+    assert lines[-1].startswith("    └── ")  # under GalleryInputError, the last of GalleryError's
+    assert len(lines) == 1 + len(_subclasses(lnserve.app.galleries.errors.GalleryError))

@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from lnserve.app.http.server import AddressInUseError, BindError, bind_socket
+from lnserve.app.http.errors import AddressInUseError, BindError
+from lnserve.app.http.server import bind_socket
 
 
 def test_accepted_connections_have_nodelay_so_responses_are_not_held_back() -> None:

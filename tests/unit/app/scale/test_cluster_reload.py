@@ -17,7 +17,8 @@ import pytest
 
 from lnserve.app.scale import reload as reload_module
 from lnserve.app.scale.reload import ClusterReload, StagedVersions
-from lnserve.app.serving.registry import ModelRegistry, ReloadBusyError, ReloadFailedError
+from lnserve.app.serving.errors import ReloadBusyError, ReloadFailedError
+from lnserve.app.serving.registry import ModelRegistry
 from lnserve.app.settings import Settings
 from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding
 from tests.conftest import LEGACY

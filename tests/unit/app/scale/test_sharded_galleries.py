@@ -22,7 +22,8 @@ import pytest
 from lnserve.app.galleries.errors import GalleryCorruptError, GalleryMismatchError, ItemNotFoundError
 from lnserve.app.galleries.layout import CorruptGallery, GalleryInfo
 from lnserve.app.galleries.store import GalleryStore, ModelRef
-from lnserve.app.scale.galleries import ShardedGalleries, ShardUnavailableError
+from lnserve.app.scale.errors import ShardUnavailableError
+from lnserve.app.scale.galleries import ShardedGalleries
 from lnserve.app.scale.shard_store import shard_root
 from lnserve.app.scale.shards import GalleryShard, shard_name
 

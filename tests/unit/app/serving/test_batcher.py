@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from lnserve.app.http.errors import http_status
-from lnserve.app.serving.batcher import BatchLimits, MicroBatcher, QueueFullError, ShuttingDownError
+from lnserve.app.serving.batcher import BatchLimits, MicroBatcher
+from lnserve.app.serving.errors import QueueFullError, ShuttingDownError
 from tests.support.poll import wait_until_async
 
 

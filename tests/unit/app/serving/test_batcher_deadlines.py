@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from lnserve.app.http.errors import http_status
-from lnserve.app.serving.batcher import DeadlineExceededError
 from lnserve.app.serving.deadlines import parse_timeout_ms
+from lnserve.app.serving.errors import DeadlineExceededError
 from lnserve.app.serving.timing import RequestTiming, current_timing
 from tests.unit.app.serving.test_batcher import Recorder, _batcher, _hold_worker, _until
 

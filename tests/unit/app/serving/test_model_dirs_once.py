@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lnserve.app.serving.registry import ModelRegistry, resolve_model_dirs
-from lnserve.app.settings import InvalidSettingError, Settings
+from lnserve.app.settings import Settings
+from lnserve.errors import InvalidSettingError
 
 
 def test_the_registry_opens_on_the_models_it_is_given(tmp_path: Path) -> None:
