@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..galleries.sqlite_faults import _counters, _existing_ids
+from ..galleries.sqlite_faults import counters, existing_ids
 from ..galleries.store import GalleryStore
 from ..runtime.model_ref import ModelRef
 
@@ -45,8 +45,8 @@ class ShardStore(GalleryStore):
 
     def rows(self, name: str) -> int:
         """Committed vector rows (live and deleted): the shard's part of the gallery's global row count."""
-        with self._db(name) as db:
-            return _counters(db)[0]
+        with self.repo.db(name) as db:
+            return counters(db)[0]
 
     def prepare(
         self, name: str, ids: Sequence[str], *, kind: str | None = None, model: ModelRef | None = None
@@ -55,10 +55,10 @@ class ShardStore(GalleryStore):
         write, on every shard. This shard's part is verified (GalleryCorruptError: the whole gallery
         refuses the write, as one store does) and ``kind`` / ``model`` are checked against it
         (GalleryMismatchError; a gallery made before model identities adopts the model's identity)."""
-        with self._db(name) as db:
-            state = self._open(name, db)
-            taken = _existing_ids(db, list(ids))
-        self._check_model(name, state.info, kind=kind, model=model)
+        with self.repo.db(name) as db:
+            state = self.checker.open(name, db)
+            taken = existing_ids(db, list(ids))
+        self.checker.check_model(name, state.info, kind=kind, model=model)
         return state.n_rows, taken
 
     def add_placed(
@@ -90,7 +90,7 @@ class ShardStore(GalleryStore):
     ) -> dict[str, Any]:
         """``search``, each hit with ``pos``, its global position (a hit deleted meanwhile is dropped)."""
         queries = np.array(queries, dtype=np.float32)  # writable: Ray hands over read-only buffers
-        found = self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=True)
+        found = self.search_rows(name, queries, k, query_kind=query_kind, model=model)
         if any(found["results"]):
             runs = self._placement_runs(name)
             for hits in found["results"]:
@@ -102,7 +102,7 @@ class ShardStore(GalleryStore):
         """Global position of each live item among ``ids``."""
         local: dict[str, int] = {}
         unique = list(dict.fromkeys(ids))
-        with self._db(name) as db:
+        with self.repo.db(name) as db:
             for i in range(0, len(unique), _SQL_VARS):
                 part = unique[i : i + _SQL_VARS]
                 marks = ",".join("?" * len(part))
@@ -114,7 +114,7 @@ class ShardStore(GalleryStore):
 
     def _placement_runs(self, name: str) -> list[tuple[int, int]]:
         """Every batch's ``(local_start, global_start)``, ascending: one read-only query, for searches."""
-        path = self._path(name) / PLACEMENT
+        path = self.repo.path(name) / PLACEMENT
         if not path.is_file():  # no batch placed yet: the gallery has no rows to map
             return []
         db = sqlite3.connect(path, timeout=60, isolation_level=None)
@@ -125,7 +125,7 @@ class ShardStore(GalleryStore):
 
     @contextlib.contextmanager
     def _placement(self, name: str) -> Iterator[sqlite3.Connection]:
-        path = self._path(name) / PLACEMENT
+        path = self.repo.path(name) / PLACEMENT
         self.get(name)  # GalleryNotFoundError before a placement file is created for nothing
         db = sqlite3.connect(path, timeout=60, isolation_level=None)
         try:
