@@ -31,7 +31,7 @@ class GalleryStoreAPI(Protocol):
 
     @property
     def scorer(self) -> str | None:
-        """The order-violation kernel to warm up (``routes.gallery_helpers.warm_scorer``)."""
+        """The order-violation kernel to warm up (``serving.galleries.warm_scorer``)."""
         ...
 
     # -- start-up -----------------------------------------------------------------------------------------

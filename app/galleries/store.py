@@ -87,12 +87,16 @@ class GalleryStore:
         self.repo = GalleryRepository(Path(root).expanduser() if root is not None else default_root())
         self.checker = GalleryChecker(self.repo)
         self.searcher = GallerySearcher(self.repo, self.checker, scorer)
-        self.scorer = scorer
 
     @property
     def root(self) -> Path:
         """Where the galleries live."""
         return self.repo.root
+
+    @property
+    def scorer(self) -> str | None:
+        """The order-violation kernel searches use (the ``scorer`` setting)."""
+        return self.searcher.scorer
 
     # -- galleries ----------------------------------------------------------------------------------------
     @out_of_space_reported
