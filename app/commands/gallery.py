@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,6 +26,8 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..galleries.store import GalleryStore
+    from ..runtime.engine import Engine
+    from ..runtime.model_ref import ModelRef
 
 gallery_app = typer.Typer(help="Build, list and remove retrieval galleries.", no_args_is_help=True)
 
@@ -83,8 +86,11 @@ def build(
     backend: BackendOpt = DEFAULT_BACKEND,
 ) -> None:
     """Encode captions or image features with MODEL and store them as gallery NAME."""
+    import asyncio
+
     from ..galleries.store import ModelRef
     from ..runtime.engine import Engine
+    from ..serving.galleries import NewItem, add_items
 
     if (captions is None) == (images is None):
         raise UserInputError("give exactly one of --captions and --images")
@@ -100,28 +106,52 @@ def build(
     kind = "captions" if texts is not None else "images"
     info = store.create(name, kind=kind, model=ref, exist_ok=append)
     first = store.next_numbered_id(name)  # not info.count: after a deletion that number is taken
+    count = info.count
     with progress_bar(f"gallery {name}: encoding {kind}", n) as advance:
+        opened = OpenedModel(engine, ref, pretokenized=pretokenized, progress=advance)
         for start in range(0, n, batch_size):
-            stop = min(n, start + batch_size)
-            items: list[dict[str, str] | None]
-            if texts is not None:
-                vecs = engine.encode_sentences(texts[start:stop], pretokenized=pretokenized, progress=advance)
-                items = [{"text": t} for t in texts[start:stop]]
-            else:
-                vecs = engine.encode_images(np.array(feats[start:stop], dtype=np.float32))  # type: ignore[index]
-                items = [None] * (stop - start)
-                advance(stop - start)
-            store.add_items(
-                name,
-                vecs,
-                ids=[str(first + i) for i in range(start, stop)],
-                payloads=extra[start:stop] if extra is not None else items,
-            )
-    info = store.get(name)
-    typer.echo(
-        f"gallery {name}: {n} {kind} added ({info.count} total, dim {info.dim}, {info.metric}) "
-        f"in {store.root / name}"
-    )
+            items = [
+                NewItem(
+                    str(first + i),
+                    text=texts[i] if texts is not None else None,
+                    image=feats[i] if feats is not None else None,
+                    payload=extra[i] if extra is not None else None,
+                    payload_given=extra is not None,
+                )
+                for i in range(start, min(n, start + batch_size))
+            ]
+            count = asyncio.run(add_items(store, name, items, lambda _info: opened)).count
+    where = store.root / name
+    typer.echo(f"gallery {name}: {n} {kind} added ({count} total, dim {info.dim}, {info.metric}) in {where}")
+
+
+@dataclass(frozen=True)
+class OpenedModel:
+    """The model ``gallery build`` opened, embedding its batches (a ``GalleryModel`` of ``serving.galleries``)
+    in this thread, with the progress bar advanced as they are encoded."""
+
+    engine: Engine
+    ref: ModelRef
+    pretokenized: bool
+    progress: Callable[[int], None]
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+    def model_ref(self) -> ModelRef:
+        return self.ref
+
+    async def encode(
+        self, texts: list[str], images: list[Any]
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if texts:
+            return self.engine.encode_sentences(
+                texts, pretokenized=self.pretokenized, progress=self.progress
+            ), None
+        vecs = self.engine.encode_images(np.array(images, dtype=np.float32))
+        self.progress(len(images))
+        return None, vecs
 
 
 @gallery_app.command("ls")

@@ -1,117 +1,141 @@
-# mypy: disable-error-code=misc
-# (the methods' ``self`` is the store that inherits this mixin, which mypy calls an erased
-# self-type; their bodies are checked against GalleryStore all the same)
-"""Check and repair of galleries (``GalleryStore``'s): full verification, the check report and repair."""
+"""``GalleryChecker``: whether a gallery may be served. Every use opens a gallery through ``open`` (its
+state checked against its files, its rows verified against their checksums once per process), and the model
+rule is checked here; ``verify``, ``check`` and ``repair`` are the full check, its report and the cut back to
+the last consistent state. It reads and writes through the repository, never around it."""
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import errno
 import logging
 import os
 import sqlite3
-from typing import TYPE_CHECKING
 
-from lnserve.errors import StorageFullError
-
+from ..runtime.model_ref import ModelRef
 from . import integrity
-from .errors import (
-    GalleryCorruptError,
-    GalleryNotFoundError,
-)
-from .layout import (
-    LOCK,
-    VECTORS,
-    CheckReport,
-    CorruptGallery,
-    GalleryEntry,
-    GalleryInfo,
-    RepairReport,
-    _State,
-)
-from .sqlite_faults import (
-    _MALFORMED_BLOCK,
-    _items_fault,
-)
-from .use_guards import _out_of_space_reported, _removal_reported
-
-if TYPE_CHECKING:
-    from .store import GalleryStore
+from .errors import GalleryCorruptError
+from .layout import LOCK, VECTORS, CheckReport, GalleryInfo, RepairReport, State
+from .repository import GalleryRepository
+from .rules import check_compatible
+from .sqlite_faults import MALFORMED_BLOCK, items_fault
 
 log = logging.getLogger("lnserve.galleries")
 
 
-class GalleryChecks:
-    """GalleryStore's methods of this job (a mixin: ``self`` is the store)."""
+class GalleryChecker:
+    """Opens galleries for every use and verifies them; remembers, per process, what it verified."""
 
-    def verify_all(self: GalleryStore) -> builtins.list[GalleryEntry]:
-        """``verify`` every gallery (the server's start-up check); a damaged one is returned as a
-        ``CorruptGallery``, never raised, so one bad gallery never stops the others."""
-        out: builtins.list[GalleryEntry] = []
-        for name in self._names():
-            try:
-                out.append(self.verify(name))  # a gallery removed meanwhile: GalleryNotFoundError
-            except GalleryNotFoundError:
-                continue
-            except GalleryCorruptError as exc:
-                out.append(CorruptGallery(name, exc.reason, self._readable_info(name)))
-            except StorageFullError as exc:  # not damage: verified at its next use, once there is room
-                log.warning("gallery %s: not verified now: %s", name, exc)
-            except (OSError, sqlite3.Error) as exc:
-                out.append(CorruptGallery(name, f"cannot be read ({type(exc).__name__}: {exc})"))
-        return out
+    def __init__(self, repo: GalleryRepository) -> None:
+        self.repo = repo
+        # verification, per gallery: (state key, rows verified) and ((*state key, n_rows), fault)
+        self._verified: dict[str, tuple[tuple[str, int, tuple[int, int]], int]] = {}
+        self._failed: dict[str, tuple[tuple[str, int, tuple[int, int], int], str]] = {}
 
-    @_out_of_space_reported
-    @_removal_reported
-    def verify(self: GalleryStore, name: str) -> GalleryInfo:
-        """Check a gallery in full (files, counters, every acknowledged row against its checksum) and record
-        the checksums of rows written before checksums existed (trusted on first use, once verified finite).
+    # -- opening: the checks every use goes through ----------------------------------------------------------
+    def open(self, name: str, db: sqlite3.Connection, *, scan: bool = True) -> State:
+        """Read the gallery's state and check it against its files; with ``scan``, verify the rows not yet
+        verified by this process against their checksums, all in one read transaction (a consistent view of
+        counters, items and checksums). Raises GalleryCorruptError."""
+        if db.in_transaction:
+            return self.read_checked(name, db, scan=scan)
+        db.execute("BEGIN")
+        try:
+            state = self.read_checked(name, db, scan=scan)
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return state
 
-        Raises:
-            GalleryNotFoundError. GalleryCorruptError: the gallery is damaged.
-        """
+    def read_checked(self, name: str, db: sqlite3.Connection, *, scan: bool) -> State:
+        """``open`` inside the caller's transaction: the one place a gallery is opened and checked."""
+        state = self.repo.read_state(name, db)
+        self._verify_rows(name, db, state, scan=scan)
+        return state
+
+    def check_model(
+        self, name: str, info: GalleryInfo, *, kind: str | None = None, model: ModelRef | None = None
+    ) -> None:
+        """The gallery holds ``kind`` and was embedded by ``model`` (GalleryMismatchError); a gallery made
+        before model identities adopts the model's identity."""
+        check_compatible(info, kind=kind, model=model)
+        if model is not None:
+            self.repo.adopt_identity(name, info, model)
+
+    def _verify_rows(self, name: str, db: sqlite3.Connection, state: State, *, scan: bool) -> None:
+        """Verify rows once per process (then only new ones); a fault is remembered for as long as the
+        gallery stays in that state, so a quarantined gallery is not re-read on every request."""
+        key = state.key
+        with self.repo.gallery_lock(name):
+            failed = self._failed.get(name)
+            if failed is not None and failed[0] == (*key, state.n_rows):
+                raise GalleryCorruptError(name, failed[1])
+            if not scan:
+                return
+            done = self._verified.get(name)
+            start = done[1] if done is not None and done[0] == key and done[1] <= state.n_rows else 0
+            if done is not None and done[0] == key and start == state.n_rows:
+                return
+            fault = items_fault(db, state.n_rows, state.n_deleted) if start == 0 else None
+            if fault is None and start < state.n_rows:
+                fault = integrity.scan(
+                    db, self.repo.root / name / VECTORS, state.info.dim, state.n_rows, start=start
+                ).fault
+            if fault is not None:
+                self._failed[name] = ((*key, state.n_rows), fault)
+                raise GalleryCorruptError(name, fault)
+            self._verified[name] = (key, state.n_rows)
+
+    def mark_verified(self, name: str, state: State, n_rows: int) -> None:
+        """Rows up to ``n_rows`` were written (and fsynced) by this process: verified."""
+        key = state.key
+        with self.repo.gallery_lock(name):
+            if self._verified.get(name) == (key, state.n_rows):
+                self._verified[name] = (key, n_rows)
+
+    def forget(self, name: str) -> None:
+        """Drop what was verified of the gallery (removed or repaired)."""
+        self._verified.pop(name, None)
+        self._failed.pop(name, None)
+
+    # -- full checks ----------------------------------------------------------------------------------------
+    def verify(self, name: str) -> GalleryInfo:
+        """Check a gallery in full and record the checksums of rows written before checksums existed
+        (``GalleryStore.verify``)."""
         with contextlib.ExitStack() as stack:
             try:
-                stack.enter_context(self._write_lock(name))
+                stack.enter_context(self.repo.write_lock(name))
                 writable = True
             except OSError as exc:  # a read-only gallery (permissions, mount): verified, nothing recorded
                 if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                     raise
                 writable = False
-            db = stack.enter_context(self._db(name))
-            state = self._open(name, db)
+            db = stack.enter_context(self.repo.db(name))
+            state = self.open(name, db)
             if writable:
                 self._record_legacy(name, db, state)
             return state.info
 
-    @_out_of_space_reported
-    @_removal_reported
-    def check(self: GalleryStore, name: str) -> CheckReport:
-        """Verify a gallery in full without changing it (``lnserve gallery check``); rows without checksums
-        are checked for finite values only.
-
-        Raises:
-            GalleryNotFoundError. GalleryCorruptError: no check can look past the fault (the database or its
-            description is missing or unreadable).
-        """
-        with self._db(name) as db:
+    def check(self, name: str) -> CheckReport:
+        """Verify a gallery in full without changing it (``GalleryStore.check``)."""
+        with self.repo.db(name) as db:
             db.execute("BEGIN")
             report = self._inspect(name, db)[0]
             db.execute("COMMIT")
         return report
 
-    def _inspect(self: GalleryStore, name: str, db: sqlite3.Connection) -> tuple[CheckReport, GalleryInfo]:
+    def _inspect(self, name: str, db: sqlite3.Connection) -> tuple[CheckReport, GalleryInfo]:
         """Every fault of a gallery whose database is readable, and how many rows are consistent."""
-        gdir = self.root / name
-        info, n_rows, n_deleted = self._read_state(name, db)
+        gdir = self.repo.root / name
+        info, n_rows, n_deleted = self.repo.read_info(name, db)
         faults = [f"{LOCK} is missing"] if not (gdir / LOCK).is_file() else []
         found = integrity.scan(db, gdir / VECTORS, info.dim, n_rows)
         if not (gdir / VECTORS).is_file():
             faults.append(f"{VECTORS} is missing ({n_rows} rows are acknowledged)")
         elif found.fault is not None:
             faults.append(found.fault)
-        items = _items_fault(db, n_rows, n_deleted)
+        items = items_fault(db, n_rows, n_deleted)
         faults += [items] if items else []
         report = CheckReport(
             name=name,
@@ -125,23 +149,16 @@ class GalleryChecks:
         )
         return report, info
 
-    @_out_of_space_reported
-    @_removal_reported
-    def repair(self: GalleryStore, name: str, *, dry_run: bool = False) -> RepairReport:
-        """Cut a damaged gallery back to its last consistent acknowledged state (``lnserve gallery
-        repair``): keep the rows before the first fault, drop the items stored at or after it, recreate a
-        missing lock or vector file, recount the counters.
-
-        Raises:
-            GalleryNotFoundError. GalleryCorruptError: beyond repair (no readable database or description).
-        """
-        vectors = self._path(name) / VECTORS
+    def repair(self, name: str, *, dry_run: bool = False) -> RepairReport:
+        """Cut a damaged gallery back to its last consistent acknowledged state (``GalleryStore.repair``);
+        the caller forgets what was cached of it."""
+        vectors = self.repo.path(name) / VECTORS
         with contextlib.ExitStack() as stack:
             lock_missing = not (vectors.parent / LOCK).is_file()
             if not dry_run:
-                stack.enter_context(self._write_lock(name, create=True))
+                stack.enter_context(self.repo.write_lock(name, create=True))
             try:
-                db = stack.enter_context(self._db(name))
+                db = stack.enter_context(self.repo.db(name))
                 found, info = self._inspect(name, db)
             except GalleryCorruptError as exc:
                 raise GalleryCorruptError(
@@ -166,7 +183,7 @@ class GalleryChecks:
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM items WHERE pos >= ?", (cut,))
             db.execute(integrity.BLOCKS_DDL)
-            db.execute(f"DELETE FROM blocks WHERE start + n > ? OR {_MALFORMED_BLOCK}", (cut,))
+            db.execute(f"DELETE FROM blocks WHERE start + n > ? OR {MALFORMED_BLOCK}", (cut,))
             db.execute("UPDATE counters SET value = ? WHERE key = 'n_rows'", (cut,))
             db.execute("UPDATE counters SET value = ? WHERE key = 'n_deleted'", (cut - kept,))
             db.execute(
@@ -178,45 +195,16 @@ class GalleryChecks:
                 if cut < n_rows and os.fstat(f.fileno()).st_size > cut * 4 * info.dim:
                     f.truncate(cut * 4 * info.dim)
                 os.fsync(f.fileno())
-        self._forget(name)
         return report
 
-    def _verify(self: GalleryStore, name: str, db: sqlite3.Connection, state: _State, *, scan: bool) -> None:
-        """Verify rows once per process (then only new ones); a fault is remembered for as long as the
-        gallery stays in that state, so a quarantined gallery is not re-read on every request."""
-        key = state.key
-        with self._gallery_lock(name):
-            failed = self._failed.get(name)
-            if failed is not None and failed[0] == (*key, state.n_rows):
-                raise GalleryCorruptError(name, failed[1])
-            if not scan:
-                return
-            done = self._verified.get(name)
-            start = done[1] if done is not None and done[0] == key and done[1] <= state.n_rows else 0
-            if done is not None and done[0] == key and start == state.n_rows:
-                return
-            fault = _items_fault(db, state.n_rows, state.n_deleted) if start == 0 else None
-            if fault is None and start < state.n_rows:
-                fault = integrity.scan(
-                    db, self.root / name / VECTORS, state.info.dim, state.n_rows, start=start
-                ).fault
-            if fault is not None:
-                self._failed[name] = ((*key, state.n_rows), fault)
-                raise GalleryCorruptError(name, fault)
-            self._verified[name] = (key, state.n_rows)
-
-    def _mark_verified(self: GalleryStore, name: str, state: _State, n_rows: int) -> None:
-        key = state.key
-        with self._gallery_lock(name):
-            if self._verified.get(name) == (key, state.n_rows):
-                self._verified[name] = (key, n_rows)
-
-    def _record_legacy(self: GalleryStore, name: str, db: sqlite3.Connection, state: _State) -> None:
+    def _record_legacy(self, name: str, db: sqlite3.Connection, state: State) -> None:
         """Record checksums of verified rows written before checksums existed (caller holds the lock)."""
         covered = integrity.covered_rows(db)
         if covered >= state.n_rows:
             return
-        blocks = integrity.legacy_blocks(self.root / name / VECTORS, state.info.dim, covered, state.n_rows)
+        blocks = integrity.legacy_blocks(
+            self.repo.root / name / VECTORS, state.info.dim, covered, state.n_rows
+        )
         try:
             db.execute("BEGIN IMMEDIATE")
             db.execute(integrity.BLOCKS_DDL)
@@ -229,3 +217,6 @@ class GalleryChecks:
             return
         log.info("gallery %s: recorded checksums of rows %d-%d (written before checksums)", name, covered,
                  state.n_rows - 1)  # fmt: skip
+
+
+__all__ = ["GalleryChecker"]

@@ -117,7 +117,7 @@ class RepairReport:
 
 
 @dataclass(frozen=True)
-class _State:
+class State:
     """One read of a gallery's database, checked against its files."""
 
     info: GalleryInfo
@@ -133,7 +133,7 @@ class _State:
 
 
 @dataclass
-class _Snapshot:
+class Snapshot:
     """Per-gallery search state cached between queries: which rows are live, and the vector map."""
 
     key: tuple[str, int, tuple[int, int]]
@@ -141,3 +141,11 @@ class _Snapshot:
     n_deleted: int
     valid: np.ndarray
     vectors: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class AddedItems:
+    """An acknowledged add: the items' ids, and the gallery's live items once they were committed."""
+
+    ids: list[str]
+    count: int

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .layout import GalleryEntry, GalleryInfo
+from .layout import AddedItems, GalleryEntry, GalleryInfo
 from .store import ModelRef
 
 
@@ -31,7 +31,7 @@ class GalleryStoreAPI(Protocol):
 
     @property
     def scorer(self) -> str | None:
-        """The order-violation kernel to warm up (``routes.gallery_helpers.warm_scorer``)."""
+        """The order-violation kernel to warm up (``serving.galleries.warm_scorer``)."""
         ...
 
     # -- start-up -----------------------------------------------------------------------------------------
@@ -59,6 +59,17 @@ class GalleryStoreAPI(Protocol):
         kind: str | None = None,
         model: ModelRef | None = None,
     ) -> builtins.list[str]: ...
+
+    def add(
+        self,
+        name: str,
+        vectors: np.ndarray,
+        *,
+        ids: Sequence[str] | None = None,
+        payloads: Sequence[Any] | None = None,
+        kind: str | None = None,
+        model: ModelRef | None = None,
+    ) -> AddedItems: ...
 
     def delete_item(self, name: str, item_id: str) -> None: ...
 

@@ -5,18 +5,23 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...converters import bounded_json
 from ...converters.bounded_json import check_depth
+from ...converters.url_segment import SEGMENT_RULE, segment_fault
 from ..runtime.model_ref import ModelRef
 from ..runtime.retrieval import Side
 from .errors import (
+    DuplicateItemError,
     GalleryCorruptError,
     GalleryInputError,
     GalleryMismatchError,
+    InvalidItemIdError,
 )
 from .layout import (
     DB,
@@ -32,17 +37,17 @@ GALLERY_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 GALLERY_NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
 
 
-_NAME = re.compile(GALLERY_NAME_PATTERN)
+NAME_RE = re.compile(GALLERY_NAME_PATTERN)
 
 
 def check_gallery_name(name: Any) -> str:
     """``name`` if it is a valid gallery name (matched whole), else GalleryInputError."""
-    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+    if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
         raise GalleryInputError(f"bad gallery name {name!r}: use {GALLERY_NAME_RULE}")
     return name
 
 
-def _require_utf8(text: str, what: str) -> None:
+def require_utf8(text: str, what: str) -> None:
     """Lone UTF-16 surrogates (legal in JSON escapes) cannot be stored or sent back: refuse them up front."""
     try:
         text.encode("utf-8")
@@ -58,7 +63,7 @@ PAYLOAD_MAX_DEPTH = 128
 PAYLOAD_READ_DEPTH = 1000
 
 
-def _dump_payload(payload: Any) -> str | None:
+def dump_payload(payload: Any) -> str | None:
     if payload is None:
         return None
     try:
@@ -69,11 +74,11 @@ def _dump_payload(payload: Any) -> str | None:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise GalleryInputError(f"payload is not JSON-serialisable ({exc})") from None
-    _require_utf8(text, "payloads")
+    require_utf8(text, "payloads")
     return text
 
 
-def _load_payload(name: str, text: Any) -> Any:
+def load_payload(name: str, text: Any) -> Any:
     if text is None:
         return None
     try:
@@ -83,7 +88,7 @@ def _load_payload(name: str, text: Any) -> Any:
         raise GalleryCorruptError(name, why) from None
 
 
-def _as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:
+def as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:
     try:
         arr = np.asarray(x, dtype=np.float32)
     except (TypeError, ValueError):
@@ -99,7 +104,7 @@ def _as_matrix(x: Any, dim: int, *, what: str, limit: int | None) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _check_compatible(info: GalleryInfo, *, kind: str | None = None, model: ModelRef | None = None) -> None:
+def check_compatible(info: GalleryInfo, *, kind: str | None = None, model: ModelRef | None = None) -> None:
     if kind is not None and kind != info.kind:
         raise GalleryMismatchError(f"gallery {info.name!r} holds {info.kind}, not {kind}")
     if model is not None and not model.matches(info):
@@ -121,6 +126,79 @@ def new_item_id() -> str:
     return uuid.uuid4().hex
 
 
+ITEM_ID_RULE = f"1-256 characters, {SEGMENT_RULE}"
+
+
+def check_item_id(item_id: Any) -> str:
+    """The id as stored, if a new item may take it: the one rule (store, HTTP route, CLI). An id must be
+    addressable as one URL path segment (``/galleries/NAME/items/ID``); items stored before this rule with
+    other ids stay reachable by ``?id=`` (``GET`` / ``DELETE /galleries/NAME/items?id=...``).
+
+    Raises:
+        GalleryInputError: not a string. InvalidItemIdError: empty, too long, not valid Unicode, or not
+        addressable in a URL path.
+    """
+    if isinstance(item_id, bool) or not isinstance(item_id, str | int):
+        raise GalleryInputError(f"item ids must be strings, got {type(item_id).__name__}")
+    s = str(item_id)
+    if not 1 <= len(s) <= 256:
+        raise InvalidItemIdError(f"item ids must be 1-256 characters, got {len(s)}")
+    try:
+        require_utf8(s, "item ids")
+    except GalleryInputError as exc:
+        raise InvalidItemIdError(str(exc)) from None
+    fault = segment_fault(s)
+    if fault is not None:
+        raise InvalidItemIdError(f"bad item id {s!r:.80}: {fault}; use {ITEM_ID_RULE}")
+    return s
+
+
+class ItemIds(tuple[str, ...]):
+    """Ids that passed ``check_item_id`` (or were made by ``new_item_id``): ``item_ids`` and ``ids_or_new``
+    make them, and whoever is handed them does not check them again (the HTTP add checks them before
+    encoding; the store then does not check them twice)."""
+
+    __slots__ = ()
+
+
+def item_ids(given: ItemIds | Sequence[Any] | None, n: int) -> ItemIds:
+    """Each given id checked (as given: checked already, kept); ``n`` new ones when none are given."""
+    if isinstance(given, ItemIds):
+        return given
+    if given is None:
+        return ItemIds(tuple(new_item_id() for _ in range(n)))
+    return ItemIds(tuple(check_item_id(i) for i in given))
+
+
+def ids_or_new(given: Sequence[Any | None]) -> ItemIds:
+    """One id per item of a request: its own, checked, or a new one where it has none."""
+    return ItemIds(tuple(new_item_id() if i is None else check_item_id(i) for i in given))
+
+
+@dataclass(frozen=True)
+class NewItems:
+    """A batch ready to store: unique checked ids, payloads as stored (JSON text or None), one per vector."""
+
+    ids: tuple[str, ...]
+    payloads: tuple[str | None, ...]
+
+
+def new_items(n: int, ids: ItemIds | Sequence[Any] | None, payloads: Sequence[Any] | None) -> NewItems:
+    """The rules of a batch of ``n`` new items, in order: ids, payloads, one of each per item, unique ids.
+
+    Raises:
+        GalleryInputError, InvalidItemIdError, DuplicateItemError.
+    """
+    checked = item_ids(ids, n)
+    payload_json = tuple([None] * n if payloads is None else [dump_payload(p) for p in payloads])
+    if len(checked) != n or len(payload_json) != n:
+        raise GalleryInputError(f"{n} vectors but {len(checked)} ids and {len(payload_json)} payloads")
+    if len(set(checked)) != n:
+        dup = next(i for i in checked if checked.count(i) > 1)
+        raise DuplicateItemError(f"id {dup!r} appears more than once in the batch")
+    return NewItems(checked, payload_json)
+
+
 def check_image_query(info: GalleryInfo) -> None:
     """The one statement of the rule that an image query needs a captions gallery (image->image is not an
     order-embedding score); the retrieve route applies it before encoding, the store before scanning.
@@ -134,7 +212,7 @@ def check_image_query(info: GalleryInfo) -> None:
         )
 
 
-def _query_side(info: GalleryInfo, query_kind: str) -> Side:
+def query_side(info: GalleryInfo, query_kind: str) -> Side:
     """The slot of E(caption, image) the query fills: caption->images, image->captions, caption->captions."""
     if query_kind not in KINDS:
         raise GalleryInputError(f"query kind must be one of {', '.join(KINDS)}, got {query_kind!r}")

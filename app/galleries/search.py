@@ -1,75 +1,36 @@
-# mypy: disable-error-code=misc
-# (the methods' ``self`` is the store that inherits this mixin, which mypy calls an erased
-# self-type; their bodies are checked against GalleryStore all the same)
-"""Search of a gallery (``GalleryStore``'s): a consistent snapshot, the exact top-k, ids and payloads."""
+"""``GallerySearcher``: search of a gallery: a consistent snapshot of its live rows, the exact top-k scored
+with the model's own method, ids and payloads. It opens the gallery through the checker and reads through
+the repository."""
 
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..runtime.model_ref import ModelRef
 from ..runtime.retrieval import get_kernel, score_info, top_k
-from .errors import (
-    GalleryCorruptError,
-    GalleryInputError,
-)
-from .layout import (
-    MAX_K,
-    MAX_QUERIES,
-    VECTORS,
-    GalleryInfo,
-    _Snapshot,
-)
-from .rules import (
-    _as_matrix,
-    _load_payload,
-    _query_side,
-)
-from .sqlite_faults import (
-    _SQL_VARS,
-)
-from .use_guards import _out_of_space_reported, _removal_reported
+from .checks import GalleryChecker
+from .errors import GalleryCorruptError, GalleryInputError
+from .layout import MAX_K, MAX_QUERIES, GalleryInfo, Snapshot
+from .repository import GalleryRepository
+from .rules import as_matrix, query_side
 
-if TYPE_CHECKING:
-    from .store import GalleryStore
+Hits = builtins.list[builtins.list[dict[str, Any]]]
 
 
-class GallerySearch:
-    """GalleryStore's methods of this job (a mixin: ``self`` is the store)."""
+class GallerySearcher:
+    """Exact brute-force search; caches, per gallery, the live-row mask and the vector map between queries."""
 
-    # -- search -------------------------------------------------------------------------------------------
+    def __init__(self, repo: GalleryRepository, checker: GalleryChecker, scorer: str | None) -> None:
+        self.repo = repo
+        self.checker = checker
+        self.scorer = scorer
+        self._snapshots: dict[str, Snapshot] = {}
+
     def search(
-        self: GalleryStore,
-        name: str,
-        queries: np.ndarray,
-        k: int = 10,
-        *,
-        query_kind: str,
-        model: ModelRef | None = None,
-    ) -> dict[str, Any]:
-        """Exact top-k of the gallery for each query, scored with the model's own method.
-
-        Args:
-            queries: (dim,) or (Q, dim) embeddings of kind ``query_kind`` (captions | images).
-            k: 1..MAX_K; fewer results come back when the gallery holds fewer live items.
-
-        Returns:
-            ``{"gallery", "score": {metric, direction, meaning}, "results": [[{id, score, payload}, ...]]}``,
-            one best-first list per query; ties go to the earlier-inserted item.
-
-        Raises:
-            GalleryNotFoundError, GalleryMismatchError (model or kind), GalleryInputError (shape, k),
-            GalleryCorruptError.
-        """
-        return self._search(name, queries, k, query_kind=query_kind, model=model, with_rows=False)
-
-    @_out_of_space_reported
-    @_removal_reported
-    def _search(
-        self: GalleryStore,
+        self,
         name: str,
         queries: np.ndarray,
         k: int,
@@ -78,16 +39,16 @@ class GallerySearch:
         model: ModelRef | None,
         with_rows: bool,
     ) -> dict[str, Any]:
-        """``search``; with ``with_rows`` each hit also carries ``row``, its position in this store's vector
-        file (a shard maps it to the gallery-wide position without looking the id up again)."""
+        """``GalleryStore.search``; with ``with_rows`` each hit also carries ``row``, its position in this
+        store's vector file (a shard maps it to the gallery-wide position without looking the id up again)."""
         info, snap = self._snapshot(name)
-        self._check_model(name, info, model=model)
-        side = _query_side(info, query_kind)
+        self.checker.check_model(name, info, model=model)
+        side = query_side(info, query_kind)
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= MAX_K:
             raise GalleryInputError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
-        q = _as_matrix(queries, info.dim, what="query vectors", limit=MAX_QUERIES)
+        q = as_matrix(queries, info.dim, what="query vectors", limit=MAX_QUERIES)
         if snap.vectors is None or q.shape[0] == 0:
-            hits: builtins.list[builtins.list[dict[str, Any]]] = [[] for _ in range(q.shape[0])]
+            hits: Hits = [[] for _ in range(q.shape[0])]
         else:
             found = top_k(
                 q,
@@ -101,25 +62,20 @@ class GallerySearch:
             hits = self._resolve(name, found.positions, found.scores, with_rows=with_rows)
         return {"gallery": name, "score": score_info(info.metric), "results": hits}
 
+    def forget(self, name: str) -> None:
+        """Drop the gallery's snapshot (removed or repaired)."""
+        self._snapshots.pop(name, None)
+
     def _resolve(
-        self: GalleryStore,
+        self,
         name: str,
         positions: builtins.list[np.ndarray],
         scores: builtins.list[np.ndarray],
         *,
         with_rows: bool,
-    ) -> builtins.list[builtins.list[dict[str, Any]]]:
+    ) -> Hits:
         """Positions -> {id, score, payload} (and ``row``); an item deleted since the scan is dropped."""
-        wanted = sorted({int(p) for row in positions for p in row})
-        rows: dict[int, tuple[str, Any]] = {}
-        with self._db(name) as db:
-            for i in range(0, len(wanted), _SQL_VARS):
-                part = wanted[i : i + _SQL_VARS]
-                marks = ",".join("?" * len(part))
-                for pos, item_id, payload in db.execute(
-                    f"SELECT pos, id, payload FROM items WHERE pos IN ({marks})", part
-                ):
-                    rows[pos] = (item_id, _load_payload(name, payload))
+        rows = self.repo.items_at(name, sorted({int(p) for row in positions for p in row}))
         out = []
         for pos_row, score_row in zip(positions, scores, strict=True):
             hits = []
@@ -132,12 +88,12 @@ class GallerySearch:
             out.append(hits)
         return out
 
-    def _snapshot(self: GalleryStore, name: str) -> tuple[GalleryInfo, _Snapshot]:
+    def _snapshot(self, name: str) -> tuple[GalleryInfo, Snapshot]:
         """The gallery's identity (opened and checked once per search) with the live-row mask and vector map
         of verified rows, refreshed incrementally when rows were only appended."""
-        with self._gallery_lock(name), self._db(name) as db:
+        with self.repo.gallery_lock(name), self.repo.db(name) as db:
             db.execute("BEGIN")  # one consistent read of counters, checksums and items
-            state = self._open(name, db)
+            state = self.checker.open(name, db)
             n_rows, n_deleted, key = state.n_rows, state.n_deleted, state.key
             old = self._snapshots.get(name)
             if old is not None and (old.key, old.n_rows, old.n_deleted) == (key, n_rows, n_deleted):
@@ -148,24 +104,15 @@ class GallerySearch:
             if old is not None and old.key == key and old.n_deleted == n_deleted and old.n_rows <= n_rows:
                 valid[: old.n_rows] = old.valid
                 since = old.n_rows
-            pos = np.fromiter(
-                (r[0] for r in db.execute("SELECT pos FROM items WHERE pos >= ?", (since,))), dtype=np.int64
-            )
+            pos = self.repo.live_rows(db, since)
             db.execute("COMMIT")
             if pos.size and (pos.min() < 0 or pos.max() >= n_rows):
                 raise GalleryCorruptError(name, "an item points past the acknowledged rows")
             valid[pos] = True
-            vectors = self._map_vectors(name, n_rows, state.info.dim)
-            snap = _Snapshot(key, n_rows, n_deleted, valid, vectors)
+            vectors = self.repo.map_vectors(name, n_rows, state.info.dim)
+            snap = Snapshot(key, n_rows, n_deleted, valid, vectors)
             self._snapshots[name] = snap
             return state.info, snap
 
-    def _map_vectors(self: GalleryStore, name: str, n_rows: int, dim: int) -> np.ndarray | None:
-        if n_rows == 0:
-            return None
-        try:  # copy-on-write: writable for torch.from_numpy, never written back
-            return np.memmap(self.root / name / VECTORS, dtype="<f4", mode="c", shape=(n_rows, dim))
-        except FileNotFoundError:
-            raise GalleryCorruptError(name, f"{VECTORS} is missing") from None
-        except ValueError as exc:  # shorter than the map (truncated since the check)
-            raise GalleryCorruptError(name, f"{VECTORS} is truncated ({exc})") from None
+
+__all__ = ["GallerySearcher"]

@@ -32,7 +32,7 @@ from .layout import (
     GalleryInfo,
 )
 
-_SQL_VARS = 500  # rows per IN (...) query, under SQLite's variable limit
+SQL_VARS = 500  # rows per IN (...) query, under SQLite's variable limit
 
 
 _STALE_CREATING_S = 600.0  # a creating directory with no lock file this old was left by a crash
@@ -41,11 +41,11 @@ _STALE_CREATING_S = 600.0  # a creating directory with no lock file this old was
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 
-_MALFORMED_BLOCK = "typeof(n) != 'integer' OR typeof(crc32) != 'integer'"
+MALFORMED_BLOCK = "typeof(n) != 'integer' OR typeof(crc32) != 'integer'"
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
-def _init_db(path: Path, info: GalleryInfo) -> None:
+def init_db(path: Path, info: GalleryInfo) -> None:
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=WAL")
@@ -78,7 +78,7 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def _meta_values(meta: Any) -> dict[str, Any]:
+def meta_values(meta: Any) -> dict[str, Any]:
     """The gallery description's fields, each value checked (it is read from disk: never trusted).
     Raises ValueError with the reason."""
     if not isinstance(meta, dict):
@@ -123,7 +123,7 @@ def counters(db: sqlite3.Connection) -> tuple[int, int]:
     return int(n_rows), int(n_deleted)  # type: ignore[arg-type]
 
 
-def _items_fault(db: sqlite3.Connection, n_rows: int, n_deleted: int) -> str | None:
+def items_fault(db: sqlite3.Connection, n_rows: int, n_deleted: int) -> str | None:
     """Why the items table disagrees with the counters, or None."""
     count, high = db.execute("SELECT count(*), max(pos) FROM items").fetchone()
     if count and (not isinstance(high, int) or high >= n_rows):
@@ -134,7 +134,7 @@ def _items_fault(db: sqlite3.Connection, n_rows: int, n_deleted: int) -> str | N
 
 
 @contextlib.contextmanager
-def _db_faults(name: str) -> Iterator[None]:
+def db_faults(name: str) -> Iterator[None]:
     """SQLite errors that mean the database is damaged, raised as GalleryCorruptError."""
     try:
         yield
@@ -154,19 +154,19 @@ def _db_fault(exc: sqlite3.DatabaseError) -> str | None:
     return None
 
 
-def _looks_like_gallery(path: Path) -> bool:
+def looks_like_gallery(path: Path) -> bool:
     """A directory holding any gallery file: one that lost its database is damaged, not absent."""
     return path.is_dir() and any(os.path.lexists(path / f) for f in (DB, VECTORS, LOCK))
 
 
-def _short_reason(size: int, need: int) -> str:
+def short_reason(size: int, need: int) -> str:
     return (
         f"{VECTORS} holds {size} bytes, fewer than the {need} its acknowledged rows need "
         "(truncated; never padded)"
     )
 
 
-def _creation_alive(path: Path) -> bool:
+def creation_alive(path: Path) -> bool:
     """Whether a ``.NAME.creating-*`` directory belongs to a creation still running (its lock held)."""
     try:
         fd = os.open(path / LOCK, os.O_RDWR)
@@ -187,8 +187,8 @@ def _creation_alive(path: Path) -> bool:
 
 def existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[str]:
     taken: builtins.list[str] = []
-    for i in range(0, len(ids), _SQL_VARS):
-        part = list(ids[i : i + _SQL_VARS])
+    for i in range(0, len(ids), SQL_VARS):
+        part = list(ids[i : i + SQL_VARS])
         marks = ",".join("?" * len(part))
         taken += [r[0] for r in db.execute(f"SELECT id FROM items WHERE id IN ({marks})", part)]
     return taken
@@ -197,14 +197,14 @@ def existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[st
 def item_positions(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
     """The vector row of each live item among ``ids`` (absent ones are left out)."""
     rows: dict[str, int] = {}
-    for i in range(0, len(ids), _SQL_VARS):
-        part = list(ids[i : i + _SQL_VARS])
+    for i in range(0, len(ids), SQL_VARS):
+        part = list(ids[i : i + SQL_VARS])
         marks = ",".join("?" * len(part))
         rows.update(db.execute(f"SELECT id, pos FROM items WHERE id IN ({marks})", part).fetchall())
     return rows
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -1,38 +1,45 @@
 """The guards every gallery use runs under: out of space reported as such, and a use that loses the race with
-a removal reported as ``gallery_not_found``. A leaf module: the store and its mixins (checks, search) all
-decorate their methods with these."""
+a removal reported as ``gallery_not_found``. The store's public methods carry them; the parts behind it
+(repository, checker, searcher) do not, so each use is guarded once, around the whole of it."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from lnserve.storage import out_of_space_reported
+from lnserve.storage import out_of_space_reported as _storage_out_of_space_reported
 
 from .errors import GalleryCorruptError
 
 if TYPE_CHECKING:
-    from .store import GalleryStore
+    from .repository import GalleryRepository
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
-def _out_of_space_reported(method: _Method) -> _Method:
+class Guarded(Protocol):
+    """What the guards need of the object whose methods they wrap: its repository."""
+
+    @property
+    def repo(self) -> GalleryRepository: ...
+
+
+def out_of_space_reported(method: _Method) -> _Method:
     """A use that runs out of space raises ``StorageFullError`` naming the gallery (HTTP 507), not a bare
     OSError or SQLite's "disk I/O error": nothing acknowledged is lost (vectors are appended past the
     acknowledged end and committed after their fsync; a failed append cuts its tail at once). Every write
     path has it, and so do reads: SQLite writes a WAL index file to open a database, even to read it."""
 
     @functools.wraps(method)
-    def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
-        with out_of_space_reported(f"gallery {name!r}", self.root):
+    def checked(self: Guarded, name: str, *args: Any, **kwargs: Any) -> Any:
+        with _storage_out_of_space_reported(f"gallery {name!r}", self.repo.root):
             return method(self, name, *args, **kwargs)
 
     return checked  # type: ignore[return-value]
 
 
-def _removal_reported(method: _Method) -> _Method:
+def removal_reported(method: _Method) -> _Method:
     """A use that loses the race with a removal (``DELETE /galleries/NAME``, ``lnserve gallery rm``) raises
     ``GalleryNotFoundError``: its files vanish mid-use, which would otherwise read as damage (a missing lock
     or vector file: a false ``gallery_corrupt``) or as an I/O error (SQLite opening the WAL of a renamed
@@ -45,12 +52,12 @@ def _removal_reported(method: _Method) -> _Method:
     damage is not (and a failed use has changed nothing: every write is all or none)."""
 
     @functools.wraps(method)
-    def checked(self: GalleryStore, name: str, *args: Any, **kwargs: Any) -> Any:
+    def checked(self: Guarded, name: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            with self._removal_is_not_found(name):
+            with self.repo.removal_is_not_found(name):
                 return method(self, name, *args, **kwargs)
         except GalleryCorruptError:
-            with self._removal_is_not_found(name):
+            with self.repo.removal_is_not_found(name):
                 return method(self, name, *args, **kwargs)
 
     return checked  # type: ignore[return-value]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..galleries.errors import GalleryNotFoundError, ItemNotFoundError
-from ..galleries.layout import MAX_K, CorruptGallery, GalleryEntry, GalleryInfo
+from ..galleries.layout import MAX_K, AddedItems, CorruptGallery, GalleryEntry, GalleryInfo
 from ..runtime.model_ref import ModelRef
 from .errors import ShardUnavailableError
 from .merge import merge_results
@@ -167,6 +167,20 @@ class ShardedGalleries:
             "add_items", name, np.asarray(vectors), ids=None if ids is None else list(ids),
             payloads=None if payloads is None else list(payloads), kind=kind, model=model,
         )  # fmt: skip
+
+    def add(
+        self,
+        name: str,
+        vectors: np.ndarray,
+        *,
+        ids: Sequence[str] | None = None,
+        payloads: Sequence[Any] | None = None,
+        kind: str | None = None,
+        model: ModelRef | None = None,
+    ) -> AddedItems:
+        """``add_items`` with the gallery's live items after it (as ``GalleryStore.add``)."""
+        added = self.add_items(name, vectors, ids=ids, payloads=payloads, kind=kind, model=model)
+        return AddedItems(added, self.get(name).count)
 
     def delete_item(self, name: str, item_id: str) -> None:
         self._coordinate("delete_item", name, item_id)

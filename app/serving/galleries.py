@@ -1,19 +1,29 @@
-"""The gallery side of serving, without HTTP: which model serves a gallery, and the scorer's warm-up."""
+"""The gallery side of serving, without HTTP: adding items (``add_items``, the one call of ``POST
+/galleries/NAME/items`` and ``lnserve gallery build``), which model serves a gallery, and the scorer's
+warm-up."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio.to_thread
+import numpy as np
 
 from lnserve.errors import LnserveError
 
 from ..galleries.errors import GalleryMismatchError
-from ..galleries.layout import GalleryEntry, GalleryInfo
-from .errors import ModelNotFoundError
+from ..galleries.layout import AddedItems, GalleryEntry, GalleryInfo
+from ..galleries.rules import item_ids
+from .errors import ModelNotFoundError, TooManySentencesError
 
 if TYPE_CHECKING:
     from ..galleries.protocol import GalleryStoreAPI
+    from ..runtime.model_ref import ModelRef
     from .registry import ModelEntry, ModelRegistry
 
 log = logging.getLogger("lnserve.galleries")
@@ -81,3 +91,78 @@ def model_for(registry: ModelRegistry, info: GalleryInfo, requested: str | None)
             "(different weights, vocabulary, cell or options)"
         )
     return entry
+
+
+class GalleryModel(Protocol):
+    """The model that embeds a gallery's items or queries: a served model's batcher (HTTP), or one model
+    the CLI opened."""
+
+    @property
+    def name(self) -> str: ...
+
+    def model_ref(self) -> ModelRef: ...
+
+    async def encode(
+        self, texts: list[str], images: list[Any]
+    ) -> tuple[np.ndarray | None, np.ndarray | None]: ...
+
+
+ModelChooser = Callable[[GalleryInfo], GalleryModel]
+"""The model for a gallery (``model_for`` over HTTP); raises when it may not embed into that gallery."""
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """One item to add, as a request or an input file gives it: a caption or image features, and its id."""
+
+    id: str
+    text: str | None = None
+    image: Sequence[float] | None = None
+    payload: Any = None
+    payload_given: bool = False
+
+    def stored_payload(self) -> Any:
+        """The payload given, else a caption's ``{"text": ...}``: the one statement of that default."""
+        return self.payload if self.payload_given or self.text is None else {"text": self.text}
+
+
+async def in_thread(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A store call (SQLite, fsync, scans) in a worker thread: never on the event loop."""
+    return await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
+
+
+async def add_items(
+    store: GalleryStoreAPI,
+    name: str,
+    items: Sequence[NewItem],
+    choose: ModelChooser,
+    *,
+    max_items: int | None = None,
+) -> AddedItems:
+    """Encode ``items`` with the gallery's model and add them atomically (all or none): their ids and the
+    gallery's live items once acknowledged. Each rule once, before any encoding where it can be: the count
+    limit, the ids, the kind of every item (the gallery read once), the model (``choose``); then the store
+    adds them, opening the gallery once under its writers' lock.
+
+    Raises:
+        TooManySentencesError, InvalidItemIdError, GalleryInputError, GalleryNotFoundError,
+        GalleryMismatchError, GalleryCorruptError, DuplicateItemError, and the model's encoding errors.
+    """
+    if max_items is not None:
+        TooManySentencesError.check(len(items), max_items)
+    ids = item_ids([it.id for it in items], len(items))  # checked here, before encoding: not again
+    info: GalleryInfo = await in_thread(store.get, name)
+    wanted = "text" if info.kind == "captions" else "image"
+    wrong = next((i for i, it in enumerate(items) if getattr(it, wanted) is None), None)
+    if wrong is not None:
+        raise GalleryMismatchError(f"gallery {name!r} holds {info.kind}: item {wrong} has no {wanted!r}")
+    model = choose(info)
+    texts = [it.text for it in items if it.text is not None]
+    images = [it.image for it in items if it.image is not None]
+    text_vecs, image_vecs = await model.encode(texts, images)
+    vectors = text_vecs if text_vecs is not None else image_vecs
+    payloads = [it.stored_payload() for it in items]
+    added: AddedItems = await in_thread(
+        store.add, name, vectors, ids=ids, payloads=payloads, model=model.model_ref()
+    )
+    return added

@@ -71,7 +71,8 @@ def test_delete_gallery_over_http_and_cli(artifacts: dict[str, Path], tmp_path: 
 _HALF_WAY = """
 import shutil, sys, time
 from pathlib import Path
-from lnserve.app.galleries import store as store_mod
+from lnserve.app.galleries import repository
+from lnserve.app.galleries.store import GalleryStore
 
 root, name, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 real_rmtree = shutil.rmtree
@@ -84,8 +85,8 @@ def paused_rmtree(path, *args, **kwargs):
     while True:  # ...and killed here
         time.sleep(1)
 
-store_mod.shutil.rmtree = paused_rmtree
-store_mod.GalleryStore(root).remove(name)
+repository.shutil.rmtree = paused_rmtree
+GalleryStore(root).remove(name)
 """
 
 

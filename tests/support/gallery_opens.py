@@ -6,17 +6,17 @@ from typing import Any
 
 import pytest
 
-from lnserve.app.galleries.store import GalleryStore
+from lnserve.app.galleries.checks import GalleryChecker
 
 
 def count_gallery_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A list that receives a gallery's name each time any ``GalleryStore`` (shards included) opens it."""
     opens: list[str] = []
-    real = GalleryStore._open_in_txn
+    real = GalleryChecker.read_checked
 
-    def counted(self: GalleryStore, name: str, db: Any, *, scan: bool) -> Any:
+    def counted(self: GalleryChecker, name: str, db: Any, *, scan: bool) -> Any:
         opens.append(name)
         return real(self, name, db, scan=scan)
 
-    monkeypatch.setattr(GalleryStore, "_open_in_txn", counted)
+    monkeypatch.setattr(GalleryChecker, "read_checked", counted)
     return opens

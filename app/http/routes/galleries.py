@@ -14,11 +14,9 @@ from fastapi.openapi.models import Example
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from ...galleries.errors import GalleryMismatchError
-from ...galleries.rules import new_item_id
-from ...galleries.store import ITEM_ID_RULE, check_item_id
-from ...serving.errors import TooManySentencesError
-from ...serving.galleries import model_for, warm_scorer
+from ...galleries.rules import ITEM_ID_RULE, new_item_id
+from ...serving.galleries import add_items as add_gallery_items
+from ...serving.galleries import warm_scorer
 from ..body_parsing import OffloadedBodyRoute
 from ..deps import GalleriesDep, RegistryDep, SettingsDep
 from ..schemas import ErrorBody
@@ -30,7 +28,7 @@ from ..schemas.retrieval import (
     ItemsAdd,
     ItemsAdded,
 )
-from .gallery_helpers import encode_inputs
+from .gallery_helpers import new_item, served_model
 
 
 def _ex(value: str) -> dict[str, Example]:
@@ -90,32 +88,10 @@ async def add_items(
     settings: SettingsDep,
 ) -> ItemsAdded:
     """Encode items with the gallery's model and add them atomically (all or none); returns their ids."""
-    TooManySentencesError.check(len(body.items), settings.max_sentences)
-    ids = [check_item_id(it.id) if it.id is not None else new_item_id() for it in body.items]  # pre-encoding
-    info = await run_in_threadpool(store.get, name)
-    wanted = "text" if info.kind == "captions" else "image"
-    wrong = next((i for i, it in enumerate(body.items) if getattr(it, wanted) is None), None)
-    if wrong is not None:
-        raise GalleryMismatchError(f"gallery {name!r} holds {info.kind}: item {wrong} has no {wanted!r}")
-    entry = model_for(registry, info, body.model)
-    texts = [it.text for it in body.items if it.text is not None]
-    images = [it.image for it in body.items if it.image is not None]
-    text_vecs, image_vecs = await encode_inputs(
-        request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
-    )
-    vectors = text_vecs if text_vecs is not None else image_vecs
-    assert vectors is not None  # every item has its text or its image (checked above)
-    payloads = [
-        it.payload if "payload" in it.model_fields_set or it.text is None else {"text": it.text}
-        for it in body.items
-    ]
-
-    def add() -> tuple[list[str], int]:
-        added = store.add_items(name, vectors, ids=ids, payloads=payloads, model=entry.model_ref())
-        return added, store.get(name).count
-
-    added, count = await run_in_threadpool(add)
-    return ItemsAdded(gallery=name, ids=added, count=count)
+    items = [new_item(it, it.id if it.id is not None else new_item_id()) for it in body.items]
+    model = served_model(request, registry, body)
+    added = await add_gallery_items(store, name, items, model, max_items=settings.max_sentences)
+    return ItemsAdded(gallery=name, ids=added.ids, count=added.count)
 
 
 _ITEM_ID_DOC = (

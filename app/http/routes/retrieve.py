@@ -8,32 +8,20 @@ Every response carries ``score`` (metric, direction, meaning).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from fastapi import APIRouter, Request
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ...galleries.layout import GalleryInfo
 from ...galleries.rules import check_image_query
-from ...galleries.store import GalleryStore
-from ...serving.errors import TooManySentencesError
-from ...serving.galleries import model_for
-from ...serving.registry import ModelEntry
-from ...serving.retrieval import _search, _stored_vectors
+from ...serving import retrieval
 from ..answers import answer_made_off_loop, check_answer_bytes, hits_bytes, limit_of
 from ..body_parsing import OffloadedBodyRoute
 from ..deps import GalleriesDep, RegistryDep, SettingsDep
-from ..schemas.retrieval import (
-    IdQuery,
-    ImageQuery,
-    Query,
-    RetrieveRequest,
-    RetrieveResponse,
-    TextQuery,
-)
-from .gallery_helpers import encode_inputs
+from ..schemas.retrieval import RetrieveRequest, RetrieveResponse
+from .gallery_helpers import retrieval_queries, served_model
 
 router = APIRouter(tags=["retrieval"], route_class=OffloadedBodyRoute)
 
@@ -47,66 +35,35 @@ async def retrieve(
     settings: SettingsDep,
 ) -> Response:
     """Best-first ``{id, score, payload}`` per query; ``score`` says which direction is better."""
-    queries = body.query_list()
-    TooManySentencesError.check(len(queries), settings.max_sentences, "queries")
-    info = await run_in_threadpool(store.get, body.gallery)
-    # hits without their payloads already over the bound: refused before encoding or searching
-    limit = limit_of(request)
-    size = hits_bytes(len(queries), body.k, info.count)
-    check_answer_bytes(size, limit, f"{len(queries)} queries x {min(body.k, info.count)} hits")
-    if any(isinstance(q, ImageQuery) for q in queries):  # before encoding them
-        check_image_query(info)
-    # id-only requests need no encoder: the gallery's model need not even be served
-    needs_model = body.model is not None or not all(isinstance(q, IdQuery) for q in queries)
-    entry = model_for(registry, info, body.model) if needs_model else None
-    vectors, kinds = await _query_vectors(request, store, info, entry, queries, body)
-    ref = entry.model_ref() if entry is not None else None
-    model = entry.name if entry is not None else info.model
-    one = body.query is not None
-
-    def answer() -> dict[str, Any]:
-        found = _search(store, info.name, vectors, kinds, body.k, ref)
-        results: list[Any] = found["results"]
-        hits = results[0] if one else results
-        return {"gallery": info.name, "model": model, "score": found["score"], "results": hits}
-
+    limit, queries = limit_of(request), retrieval_queries(body)
+    search = await retrieval.retrieve(
+        store, body.gallery, queries, body.k, served_model(request, registry, body),
+        model_named=body.model is not None, max_queries=settings.max_sentences,
+        before_encoding=_refusals(queries, body.k, limit),
+    )  # fmt: skip
     # queries x k hits, each with its payload (any JSON): found, written within max_answer_bytes and freed
     # in a worker thread
-    return await answer_made_off_loop(answer, limit=limit)
+    return await answer_made_off_loop(_shaped(search, one=body.query is not None), limit=limit)
 
 
-async def _query_vectors(
-    request: Request,
-    store: GalleryStore,
-    info: GalleryInfo,
-    entry: ModelEntry | None,
-    queries: list[Query],
-    body: RetrieveRequest,
-) -> tuple[list[np.ndarray], list[str]]:
-    """One vector and one kind (captions | images) per query, in request order."""
-    texts = [q.text for q in queries if isinstance(q, TextQuery)]
-    images = [q.image for q in queries if isinstance(q, ImageQuery)]
-    text_vecs = image_vecs = None
-    if texts or images:
-        assert entry is not None
-        text_vecs, image_vecs = await encode_inputs(
-            request, entry, texts=texts, images=images, pretokenized=body.pretokenized, truncate=body.truncate
-        )
-    id_queries = [(q.gallery, q.id) for q in queries if isinstance(q, IdQuery)]
-    stored = await run_in_threadpool(_stored_vectors, store, info, id_queries) if id_queries else []
-    it_text = iter(text_vecs if text_vecs is not None else [])
-    it_image = iter(image_vecs if image_vecs is not None else [])
-    it_id = iter(stored)
-    vectors, kinds = [], []
-    for q in queries:
-        if isinstance(q, TextQuery):
-            vectors.append(next(it_text))
-            kinds.append("captions")
-        elif isinstance(q, ImageQuery):
-            vectors.append(next(it_image))
-            kinds.append("images")
-        else:
-            vec, kind = next(it_id)
-            vectors.append(vec)
-            kinds.append(kind)
-    return vectors, kinds
+def _shaped(search: Callable[[], dict[str, Any]], *, one: bool) -> Callable[[], dict[str, Any]]:
+    """The answer: ``results`` is one list for ``query``, one list per query for ``queries``."""
+
+    def answer() -> dict[str, Any]:
+        found = search()
+        return {**found, "results": found["results"][0]} if one else found
+
+    return answer
+
+
+def _refusals(queries: list[retrieval.Query], k: int, limit: int) -> Callable[[GalleryInfo], None]:
+    """What is refused once the gallery is known, before encoding or searching: hits without their payloads
+    already over the answer's bound, and image queries of a gallery of images."""
+
+    def refuse(info: GalleryInfo) -> None:
+        size = hits_bytes(len(queries), k, info.count)
+        check_answer_bytes(size, limit, f"{len(queries)} queries x {min(k, info.count)} hits")
+        if any(q.image is not None for q in queries):  # before encoding them
+            check_image_query(info)
+
+    return refuse
