@@ -26,7 +26,7 @@ TREE_PAGE = PAGE.read_text(encoding="utf-8")
 
 
 def _subclasses(cls: type) -> set[type]:
-    """The package's subclasses of ``cls`` (a test may define its own error classes; they are not the tree)."""
+    """The package's subclasses of ``cls`` (a test may define error classes of its own: not the tree)."""
     out = {sub for sub in cls.__subclasses__() if sub.__module__.startswith("lnserve.")}
     for sub in list(out):
         out |= _subclasses(sub)
