@@ -47,6 +47,7 @@ import numpy as np
 from lnserve.storage import storage_full
 
 from ...converters import bounded_json
+from ...converters.families import family_of
 from ...converters.url_segment import SEGMENT_RULE, segment_fault
 from ..runtime.model_ref import ModelRef
 from ..runtime.retrieval import metric_for
@@ -127,8 +128,8 @@ class GalleryStore(GallerySearch, GalleryChecks):
         check_gallery_name(name)
         if kind not in KINDS:
             raise GalleryInputError(f"gallery kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        if model.family == "skip-thoughts" and kind != "captions":
-            raise GalleryMismatchError("skip-thoughts models embed text only: use kind 'captions'")
+        if kind not in family_of(model.family).gallery_kinds:
+            raise GalleryMismatchError(f"{model.family} models embed text only: use kind 'captions'")
         final = self.root / name
         if final.exists():
             return self._existing(name, kind, model, exist_ok)
