@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ...converters.families import has_image_encoder
+from ....converters.families import has_image_encoder
 from ...runtime.errors import EncodeInputError
 from ...runtime.retrieval import metric_for, score_info
 from ...runtime.scoring import error_matrix
