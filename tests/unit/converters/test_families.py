@@ -177,6 +177,8 @@ def test_a_third_family_needs_only_one_new_object(
             engine.encode_images(np.ones((1, 4), dtype=np.float32))
         with pytest.raises(GalleryMismatchError, match="third-family models embed text only"):
             store.create("ims", kind="images", model=ref)
+        with pytest.raises(GalleryMismatchError, match="third-family models have no image encoder"):
+            store.search("caps", vectors[:1], 2, query_kind="images", model=ref)
     else:
         images = engine.encode_images(np.load(LEGACY / "order_embedding" / "images.npy"))
         store.create("ims", kind="images", model=ref)
