@@ -20,9 +20,10 @@ from .errors import ManifestMismatchError
 CAPTIONS, IMAGES = "captions", "images"  # what a gallery holds (``app.galleries.layout.KINDS``)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Family:
-    """What one model family is, as data: the runtime, the galleries and the commands read it."""
+    """What one model family is, as data: the runtime, the galleries and the commands read it. Each is one
+    object in ``FAMILIES``, compared by identity (its tables are dicts, not hashable)."""
 
     name: str  # the manifest's "family", as on disk
     text_only: bool  # no image encoder: it encodes sentences only, its galleries hold captions only

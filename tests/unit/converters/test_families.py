@@ -12,6 +12,7 @@ import pytest
 
 from lnserve.app.evaluation.report import PUBLISHED
 from lnserve.app.galleries.errors import GalleryMismatchError
+from lnserve.app.galleries.layout import KINDS
 from lnserve.app.galleries.store import GalleryStore
 from lnserve.app.pull.catalog import CATALOG
 from lnserve.app.pull.install import CONVERTERS
@@ -82,6 +83,7 @@ def test_each_family_says_what_it_is(family: Family, expected: dict[str, object]
     assert family_of(family.name) is family and family_of({"family": family.name}) is family
     assert has_image_encoder(family.name) is not family.text_only
     assert [may_hold(family.name, kind) for kind in ("images", "captions")] == [not family.text_only, True]
+    assert set(family.gallery_kinds) <= set(KINDS)
 
 
 def test_the_published_rows_are_the_skip_thoughts_family_s() -> None:
