@@ -28,13 +28,14 @@ from lnserve.storage import out_of_space_reported
 
 from .bounded_json import MANIFEST_MAX_BYTES, TABLE_MAX_BYTES, read_json_file
 from .errors import ArtifactError, ArtifactVersionError, ManifestMismatchError
+from .families import FAMILIES as FAMILIES  # the registry of families, where it was (readers of galleries)
+from .families import family_of, lookup
 from .url_segment import SEGMENT_RULE, segment_fault
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
 VOCAB = "vocab.json"
-FAMILIES = ("order-embedding", "skip-thoughts")
 # skip-thoughts half -> {legacy parameter prefix: module}; bi-skip's backward direction is ``encoder_r``
 SKIP_PART_MODULES: dict[str, dict[str, str]] = {
     "uni": {"encoder": "uni"},
@@ -266,7 +267,7 @@ def read_artifact(path: Path) -> Artifact:
             f"{path}: artifact format {manifest['format_version']} is newer than this lnserve reads "
             f"({FORMAT_VERSION}); upgrade lnserve"
         )
-    if manifest.get("family") not in FAMILIES:
+    if lookup(manifest) is None:
         raise ManifestMismatchError(f"{mpath}: unknown family {brief(manifest.get('family'), 60)}")
     files = manifest.get("files")
     if not isinstance(files, dict):
@@ -283,7 +284,7 @@ _Shape = tuple[int | None, ...]  # None: decided by the cell type, not checked h
 def _shapes_from_manifest(manifest: Mapping[str, Any]) -> tuple[dict[str, _Shape], dict[str, _Shape]]:
     """Weight shapes and table shapes the manifest's dims imply."""
     dims = manifest["dims"]
-    if manifest["family"] == "order-embedding":
+    if not family_of(manifest).stacked:
         weights: dict[str, _Shape] = {
             "sentence.embedding.weight": (dims["n_words"], dims["dim_word"]),
             "image.proj.weight": (dims["dim"], dims["dim_image"]),

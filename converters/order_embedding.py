@@ -16,6 +16,7 @@ from . import CONVERTER_VERSION
 from .artifact import VOCAB, finish_manifest, save_weights, staging_dir, write_json
 from .detect import detect_cell
 from .errors import CorruptFileError
+from .families import ORDER_EMBEDDING
 from .legacy_files import (
     flag_option,
     int_option,
@@ -129,7 +130,7 @@ def write_order_embedding(
     opts = model.options
     manifest: dict[str, Any] = {
         "name": name,
-        "family": "order-embedding",
+        "family": ORDER_EMBEDDING.name,
         "demo": demo,
         "description": description,
         "converter_version": CONVERTER_VERSION,
@@ -147,8 +148,8 @@ def write_order_embedding(
             "margin": float(opts.get("margin", 0.0)),
             "encoder_in_options": str(opts["encoder"]),
         },
-        "tokenizer": "coco",
-        "defaults": {"eos": True, "normalize": True},
+        "tokenizer": ORDER_EMBEDDING.tokenizer,
+        "defaults": dict(ORDER_EMBEDDING.defaults),
         "sources": model.sources,
         "notes": model.notes,
     }

@@ -28,6 +28,7 @@ from .artifact import (
 )
 from .detect import detect_cell
 from .errors import CorruptFileError, TableMismatchError
+from .families import SKIP_THOUGHTS
 from .legacy_files import (
     convert_table,
     int_option,
@@ -146,7 +147,7 @@ def convert_skip_thoughts(
         write_json(tmp / DICTIONARY, {"words": words})
         manifest = {
             "name": name,
-            "family": "skip-thoughts",
+            "family": SKIP_THOUGHTS.name,
             "demo": False,
             "description": "",
             "converter_version": CONVERTER_VERSION,
@@ -158,8 +159,8 @@ def convert_skip_thoughts(
                 "n_table_rows": len(words),
                 "output_dim": sum(h.dim * (2 if h.kind == "bi" else 1) for h in halves),
             },
-            "tokenizer": "treebank",
-            "defaults": {"eos": False, "normalize": True},
+            "tokenizer": SKIP_THOUGHTS.tokenizer,
+            "defaults": dict(SKIP_THOUGHTS.defaults),
             "sources": sources,
             "notes": [n for h in halves for n in h.notes],
         }

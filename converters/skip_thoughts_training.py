@@ -23,6 +23,7 @@ from lnserve.hashing import sha256_file
 from . import CONVERTER_VERSION
 from .artifact import finish_manifest, save_weights, staging_dir, write_json
 from .errors import CorruptFileError
+from .families import SKIP_THOUGHTS
 from .legacy_files import int_option, open_npz, read_legacy_pickle
 from .param_map import check_params
 from .skip_thoughts import DICTIONARY, TABLE_FILES, read_skip_half
@@ -140,15 +141,15 @@ def convert_skip_thoughts_training(
         write_json(tmp / DICTIONARY, {"words": words})
         manifest = {
             "name": name,
-            "family": "skip-thoughts",
+            "family": SKIP_THOUGHTS.name,
             "demo": False,
             "description": "",
             "converter_version": CONVERTER_VERSION,
             "source_format": SOURCE_FORMAT,
             "parts": {"uni": {"cell": half.cell, "dim": half.dim, "table": table_name}},
             "dims": {"dim_word": half.dim_word, "n_table_rows": n_rows, "output_dim": half.dim},
-            "tokenizer": "treebank",
-            "defaults": {"eos": False, "normalize": True},
+            "tokenizer": SKIP_THOUGHTS.tokenizer,
+            "defaults": dict(SKIP_THOUGHTS.defaults),
             "vocabulary": vocabulary,
             "expansion": expansion,
             "sources": sources,

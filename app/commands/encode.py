@@ -103,11 +103,12 @@ def score(
 ) -> None:
     """Caption x image error matrix with the model's method (order violation or negative cosine)."""
     from ...converters.artifact import read_artifact
+    from ...converters.families import family_of
     from ..runtime.scoring import error_matrix
 
     check_output(output)
     artifact = read_artifact(model_dir)
-    if artifact.family != "order-embedding":
+    if family_of(artifact.family).text_only:
         raise UserInputError("score needs an order-embedding model")
     s, v = load_matrix(sentences, "sentence vectors"), load_matrix(images, "image vectors")
     dim = artifact.manifest["dims"]["dim"]

@@ -45,6 +45,7 @@ def evaluate(
         if value is None:
             raise MissingParameter(ctx=ctx, param_hint=f"'{flag}'", param_type="option")
     assert model is not None and captions is not None and images is not None
+    from ...converters.families import RETRIEVAL_EVAL
     from ..runtime.engine import Engine
     from ..runtime.evaluation import CAPTIONS_PER_IMAGE as CPI
     from ..runtime.evaluation import i2t, mean_stats, plan_folds, t2i
@@ -55,7 +56,7 @@ def evaluate(
     texts = read_lines(captions)
     feats = load_matrix(images, "image features")
     engine = Engine.open(model, backend=backend)  # after the inputs: bad input fails before a model loads
-    if engine.family != "order-embedding":
+    if RETRIEVAL_EVAL not in engine.family.evaluations:
         raise UserInputError("eval needs an order-embedding model (caption <-> image retrieval)")
     if len(texts) != CPI * feats.shape[0]:
         raise EncodeInputError(
@@ -73,7 +74,7 @@ def evaluate(
         per_fold.append({"images": [a, b], "t2i": t2i(errs), "i2t": i2t(errs)})
     result: dict[str, Any] = {
         "model": engine.artifact.name,
-        "score": score_info(metric_for(engine.method, engine.family)),
+        "score": score_info(metric_for(engine.method, engine.family.name)),
         "protocol": "order-embedding evaluation.t2i/i2t, stable sort, medr=floor(median)+1, meanr=mean+1",
         "notes": plan.notes,
         "folds": [{**f, "t2i": f["t2i"].as_dict(), "i2t": f["i2t"].as_dict()} for f in per_fold],

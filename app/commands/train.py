@@ -64,10 +64,11 @@ def _load_data(
 def _from_artifact(path: Path, cfg: Any, method: str | None) -> tuple[Any, dict[str, Any]]:
     """Recipe fields the artifact fixes (cell, dims, method, pRMS) and the Trainer's starting point."""
     from ...converters.artifact import read_artifact
+    from ...converters.families import family_of
     from ..runtime.torch_backend import build_module
 
     art = read_artifact(path)
-    if art.family != "order-embedding":
+    if not family_of(art.family).trainable:
         raise UserInputError(f"{path}: fine-tuning needs an order-embedding artifact, not {art.family}")
     m = art.manifest
     if m["cell"] not in ("gru", "lngru", "rlngru"):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from collections.abc import Mapping
 from typing import Any
+
+from ...converters.families import SKIP_THOUGHTS
 
 # (task, metric key, label, scale for display)
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -23,29 +26,8 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("sts14", "spearman", "STS14 Spearman (mean)"),
 )
 
-PUBLISHED: dict[str, dict[str, float]] = {
-    "combine-skip (skip-thoughts paper)": {
-        "sick-r.r": 0.8585,
-        "sick-r.rho": 0.7916,
-        "sick-r.mse": 0.2687,
-        "mr.acc": 76.5,
-        "cr.acc": 80.1,
-        "subj.acc": 93.6,
-        "mpqa.acc": 87.1,
-        "trec.acc": 92.2,
-        "msrp.acc": 75.8,
-        "msrp.f1": 83.0,
-    },
-    "LN skip-thoughts, 1 month (layer-norm paper)": {
-        "sick-r.r": 0.858,
-        "sick-r.mse": 0.270,
-        "mr.acc": 79.4,
-        "cr.acc": 83.1,
-        "subj.acc": 93.7,
-        "mpqa.acc": 89.3,
-        "trec.acc": 88.4,
-    },
-}
+# the skip-thoughts papers' rows: the family's published reference (``converters.families``)
+PUBLISHED: Mapping[str, Mapping[str, float]] = SKIP_THOUGHTS.reference
 
 NESTED = "eval_classification: RandomState(seed) shuffle, nested 10-fold (contiguous), C=2^0..2^8, liblinear"
 PROTOCOLS = {

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...converters import bounded_json
 from ...converters.bounded_json import check_depth
+from ...converters.families import family_of
 from ...converters.url_segment import SEGMENT_RULE, segment_fault
 from ..runtime.model_ref import ModelRef
 from ..runtime.retrieval import Side
@@ -218,6 +219,6 @@ def query_side(info: GalleryInfo, query_kind: str) -> Side:
         raise GalleryInputError(f"query kind must be one of {', '.join(KINDS)}, got {query_kind!r}")
     if query_kind == "images":
         check_image_query(info)
-    if query_kind == "images" and info.family == "skip-thoughts":
-        raise GalleryMismatchError("skip-thoughts models have no image encoder")
+    if query_kind == "images" and family_of(info.family).text_only:
+        raise GalleryMismatchError(f"{info.family} models have no image encoder")
     return "image" if query_kind == "images" else "caption"

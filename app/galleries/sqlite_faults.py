@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ...converters.artifact import FAMILIES
+from ...converters.families import FAMILIES, may_hold
 from ..runtime.retrieval import metric_for
 from . import integrity
 from .errors import (
@@ -101,7 +101,7 @@ def meta_values(meta: Any) -> dict[str, Any]:
         (not 1 <= values["dim"] <= MAX_DIM, "dim"),
         (values["family"] not in FAMILIES, "family"),
         (metric != values["metric"], "metric"),
-        (values["family"] == "skip-thoughts" and values["kind"] != "captions", "kind"),
+        (not may_hold(values["family"], values["kind"]), "kind"),
         (not math.isfinite(values["created_at"]), "created_at"),
         (not values["uid"], "uid"),
     ]

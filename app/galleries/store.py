@@ -44,6 +44,7 @@ import numpy as np
 from lnserve.errors import StorageFullError
 from lnserve.storage import storage_full
 
+from ...converters.families import family_of
 from ..runtime.model_ref import ModelRef
 from ..runtime.retrieval import metric_for
 from .checks import GalleryChecker
@@ -111,8 +112,8 @@ class GalleryStore:
         check_gallery_name(name)
         if kind not in KINDS:
             raise GalleryInputError(f"gallery kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        if model.family == "skip-thoughts" and kind != "captions":
-            raise GalleryMismatchError("skip-thoughts models embed text only: use kind 'captions'")
+        if kind not in family_of(model.family).gallery_kinds:
+            raise GalleryMismatchError(f"{model.family} models embed text only: use kind 'captions'")
         if (self.root / name).exists():
             return self._existing(name, kind, model, exist_ok)
         info = GalleryInfo(

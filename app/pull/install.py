@@ -237,40 +237,62 @@ def _local_record(path: Path, expected: str | None, *, member: str | None = None
     return rec
 
 
+def _order_embedding(
+    entry: CatalogEntry, work: Path, out: Path, name: str, options: PullOptions
+) -> dict[str, Any]:
+    from ...converters.order_embedding import read_order_embedding, write_order_embedding
+
+    model = read_order_embedding(work / entry.args["prefix"], cell=options.cell)
+    return write_order_embedding(model, out, name=name, overwrite=True)
+
+
+def _skip_thoughts(
+    entry: CatalogEntry, work: Path, out: Path, name: str, options: PullOptions
+) -> dict[str, Any]:
+    from ...converters.skip_thoughts import convert_skip_thoughts
+
+    uni, bi = entry.args.get("uni"), entry.args.get("bi")
+    return convert_skip_thoughts(
+        uni=work / uni if uni else None,
+        bi=work / bi if bi else None,
+        tables=work,
+        out=out,
+        name=name,
+        cell=options.cell,
+        overwrite=True,
+    )
+
+
+def _skip_thoughts_training(
+    entry: CatalogEntry, work: Path, out: Path, name: str, options: PullOptions
+) -> dict[str, Any]:
+    from ...converters.skip_thoughts_training import convert_skip_thoughts_training
+
+    assert options.dictionary is not None  # _check_user_files
+    return convert_skip_thoughts_training(
+        model=work / entry.args["model"],
+        dictionary=options.dictionary,
+        word2vec=options.word2vec,
+        out=out,
+        name=name,
+        cell=options.cell,
+        overwrite=True,
+    )
+
+
+# converter name (``CatalogEntry.converter``; each family lists its own in ``Family.converters``) -> its run
+CONVERTERS: dict[str, Callable[[CatalogEntry, Path, Path, str, PullOptions], dict[str, Any]]] = {
+    "order-embedding": _order_embedding,
+    "skip-thoughts": _skip_thoughts,
+    "skip-thoughts-training": _skip_thoughts_training,
+}
+
+
 def _convert(entry: CatalogEntry, work: Path, out: Path, name: str, options: PullOptions) -> dict[str, Any]:
-    cell = options.cell
-    if entry.converter == "order-embedding":
-        from ...converters.order_embedding import read_order_embedding, write_order_embedding
-
-        model = read_order_embedding(work / entry.args["prefix"], cell=cell)
-        return write_order_embedding(model, out, name=name, overwrite=True)
-    if entry.converter == "skip-thoughts":
-        from ...converters.skip_thoughts import convert_skip_thoughts
-
-        uni, bi = entry.args.get("uni"), entry.args.get("bi")
-        return convert_skip_thoughts(
-            uni=work / uni if uni else None,
-            bi=work / bi if bi else None,
-            tables=work,
-            out=out,
-            name=name,
-            cell=cell,
-            overwrite=True,
-        )
-    if entry.converter == "skip-thoughts-training":
-        from ...converters.skip_thoughts_training import convert_skip_thoughts_training
-
-        assert options.dictionary is not None  # _check_user_files
-        return convert_skip_thoughts_training(
-            model=work / entry.args["model"],
-            dictionary=options.dictionary,
-            word2vec=options.word2vec,
-            out=out,
-            name=name,
-            cell=cell,
-            overwrite=True,
-        )
-    raise AssertionError(f"catalog entry {entry.name} names an unknown converter {entry.converter!r}")
+    run = CONVERTERS.get(entry.converter)
+    if run is None:
+        raise AssertionError(f"catalog entry {entry.name} names an unknown converter {entry.converter!r}")
+    return run(entry, work, out, name, options)
 
 
 def _record_pull(

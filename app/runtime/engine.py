@@ -18,6 +18,7 @@ import numpy as np
 from lnserve.extras import require
 
 from ...converters.artifact import Artifact, read_artifact
+from ...converters.families import Family, family_of
 from .bucketing import length_batches, pad_ids, reverse_padded
 from .errors import EncodeInputError, ProviderUnavailableError
 from .scoring import error_matrix
@@ -122,18 +123,18 @@ class Engine:
     def __init__(self, artifact: Artifact, backend: Backend) -> None:
         self.artifact, self.backend = artifact, backend
         m = artifact.manifest
-        self.family: str = artifact.family
+        self.family: Family = family_of(m)
         self.tokenizer_name: str = m["tokenizer"]
         self.defaults: dict[str, bool] = m["defaults"]
         self.output_dim: int = m["dims"]["output_dim"]
-        if self.family == "order-embedding":
+        self.method: str = self.family.method_of(m)
+        if not self.family.stacked:
             tensors = artifact.tensors()
             self.wemb = tensors["sentence.embedding.weight"]
             self.vocab: OrderVocabulary | TableVocabulary = OrderVocabulary(
                 artifact.read_json("vocab.json")["worddict"], m["dims"]["n_words"]
             )
             self.use_abs = bool(m["options"]["abs"])
-            self.method: str = m["options"]["method"]
         else:
             self.vocab = TableVocabulary(
                 artifact.read_json("dictionary.json")["words"],
@@ -141,7 +142,6 @@ class Engine:
             )
             self.tables = {part: artifact.table(info["table"]) for part, info in m["parts"].items()}
             self.use_abs = False
-            self.method = "cosine"
 
     @classmethod
     def open(cls, path: Path | str, *, backend: str = DEFAULT_BACKEND, **options: Any) -> Engine:
@@ -253,7 +253,7 @@ class Engine:
         return check_finite(out, "sentence") if check else out
 
     def _encode_batch(self, ids: np.ndarray, lengths: np.ndarray, *, normalize: bool) -> np.ndarray:
-        if self.family == "order-embedding":
+        if not self.family.stacked:
             h = self.backend.recurrent("sentence", self.wemb[ids], lengths)
             if not normalize:
                 return h
@@ -275,8 +275,8 @@ class Engine:
     def encode_images(self, features: np.ndarray, *, check: bool = True) -> np.ndarray:
         """Image vectors; a row whose projection overflows (or has a zero norm) raises ``EncodeInputError``
         naming it, or with ``check=False`` is returned as NaN for the caller to check."""
-        if self.family != "order-embedding":
-            raise EncodeInputError("this model has no image encoder (skip-thoughts encodes text only)")
+        if self.family.text_only:
+            raise EncodeInputError(f"this model has no image encoder ({self.family.name} encodes text only)")
         dim_image = self.artifact.manifest["dims"]["dim_image"]
         feats = np.asarray(features)
         if feats.ndim != 2 or feats.shape[1] != dim_image:

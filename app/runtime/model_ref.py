@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from lnserve.hashing import sha256_file
 
 from ...converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
+from ...converters.families import family_of
 
 
 class PinnedModel(Protocol):
@@ -39,7 +40,7 @@ class ModelRef:
     @classmethod
     def from_artifact(cls, artifact: Any) -> ModelRef:
         m = artifact.manifest
-        method = "cosine" if artifact.family == "skip-thoughts" else m["options"]["method"]
+        method = family_of(m).method_of(m)
         manifest_sha = sha256_file(artifact.path / MANIFEST)
         before_export = unexported_manifest_sha256(m)
         return cls(

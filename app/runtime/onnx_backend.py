@@ -18,6 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ...converters.artifact import Artifact
+from ...converters.families import family_of
 from .errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 from .fused_op import FUSED_CELLS
 from .fused_op.loader import fused_op_status, register
@@ -190,7 +191,4 @@ class OnnxBackend:
 
 def _part_cells(artifact: Artifact) -> list[str]:
     """The cell type of each recurrent part, from the manifest (no weights read)."""
-    m = artifact.manifest
-    if artifact.family == "order-embedding":
-        return [m["cell"]]
-    return [info["cell"] for info in m["parts"].values()]
+    return family_of(artifact.manifest).cells(artifact.manifest)

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from ...converters.artifact import SKIP_PART_MODULES, Artifact, add_files, read_artifact
+from ...converters.families import family_of
 from .errors import OnnxModelError
 from .fused_op import FUSED_CELLS
 from .onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
@@ -32,7 +33,7 @@ def recurrent_parts(artifact: Artifact) -> dict[str, tuple[str, dict[str, np.nda
     """part name -> (cell type, cell weights in module naming)."""
     tensors = artifact.tensors()
     m = artifact.manifest
-    if artifact.family == "order-embedding":
+    if not family_of(m).stacked:
         prefixes = {"sentence": ("sentence.rnn.cell.", m["cell"])}
     else:
         prefixes = {}
@@ -73,7 +74,7 @@ def build_graphs(
         )
         for part, (cell, weights) in recurrent_parts(artifact).items()
     }
-    if artifact.family == "order-embedding":
+    if not family_of(artifact.manifest).text_only:
         t = artifact.tensors()
         graphs["image"] = build_image_encoder_graph(t["image.proj.weight"], t["image.proj.bias"], opset=opset)
     return graphs

@@ -42,9 +42,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 import numpy as np
+
+from ...converters.families import lookup
 
 log = logging.getLogger("lnserve.retrieval")
 
@@ -67,10 +69,12 @@ _BLOCK_FLOATS = 1 << 23  # gallery floats scored per block (32 MiB of float32) b
 
 
 def metric_for(method: str, family: str) -> Metric:
-    """The model's own score: order models -> order violation, symmetric -> negative cosine, skip-thoughts ->
-    cosine."""
-    if family == "skip-thoughts":
-        return "cosine"
+    """The model's own score: the one its family fixes (skip-thoughts: cosine), else by its method: order ->
+    order violation, symmetric (cosine) -> negative cosine. An unknown family (a gallery's, read from disk)
+    fixes none."""
+    known = lookup(family)
+    if known is not None and known.metric is not None:
+        return cast(Metric, known.metric)
     if method == "order":
         return "order_violation"
     if method == "cosine":

@@ -9,6 +9,7 @@ import torch
 
 from ...converters.artifact import Artifact
 from ...converters.errors import ManifestMismatchError
+from ...converters.families import family_of
 from ...models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
 from ...models.recurrence import Recurrence
 
@@ -18,7 +19,7 @@ def build_module(artifact: Artifact) -> torch.nn.Module:
     m = artifact.manifest
     dims = m["dims"]
     module: torch.nn.Module
-    if artifact.family == "order-embedding":
+    if not family_of(m).stacked:
         cfg = OrderEmbeddingConfig(
             cell=m["cell"],
             n_words=dims["n_words"],

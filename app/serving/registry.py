@@ -295,8 +295,10 @@ class ModelEntry:
     async def encode_images(self, features: list[list[float]]) -> np.ndarray:
         engine = self._engine()
         self.check_count(len(features))
-        if engine.family != "order-embedding":
-            raise EncodeInputError(f"model {self.name!r} has no image encoder (skip-thoughts is text only)")
+        if engine.family.text_only:
+            raise EncodeInputError(
+                f"model {self.name!r} has no image encoder ({engine.family.name} is text only)"
+            )
         dim_image = self.manifest["dims"]["dim_image"]
         bad = [i for i, row in enumerate(features) if len(row) != dim_image]
         if bad:
@@ -553,7 +555,7 @@ class ModelRegistry:
         entry.engine = engine
         seqs, _ = entry.prepare([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)
         await entry.encode_ids(seqs, normalize=None)
-        if engine.family == "order-embedding":
+        if not engine.family.text_only:
             # ones, not zeros: with a zero projection bias a zero row has no direction (a 422, not a warm-up)
             await entry.encode_images([[1.0] * entry.manifest["dims"]["dim_image"]])
         entry.state, entry.loaded_at = "ready", time.time()

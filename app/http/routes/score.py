@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ....converters.families import has_image_encoder
 from ...runtime.errors import EncodeInputError
 from ...runtime.retrieval import metric_for, score_info
 from ...runtime.scoring import error_matrix
@@ -34,7 +35,7 @@ async def score(
     """Order-violation (or negative-cosine, for symmetric models) errors between every caption and every
     image: lower is better. Encoding goes through the model's micro-batcher like ``/encode``."""
     entry = registry.get(body.model)
-    if entry.manifest.get("family") != "order-embedding":
+    if not has_image_encoder(entry.manifest):
         raise EncodeInputError(
             f"model {entry.name!r} is {entry.manifest.get('family')}: /score needs an order-embedding model "
             "(caption x image scores)"
