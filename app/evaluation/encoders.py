@@ -31,7 +31,7 @@ class EngineEncoder:
         return self.engine.artifact.name
 
     def __call__(self, texts: Sequence[str], *, eos: bool | None, what: str = "sentences") -> np.ndarray:
-        eos = self.engine.defaults["eos"] if eos is None else eos
+        eos = self.engine.eos_for(eos)
         out = np.zeros((len(texts), self.engine.output_dim), dtype=np.float32)
         empty = [i for i, t in enumerate(texts) if not eos and not self.tokenize(t)]
         rest = sorted(set(range(len(texts))) - set(empty))

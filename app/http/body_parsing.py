@@ -50,48 +50,13 @@ from starlette.responses import Response
 from ..serving.errors import TooManySentencesError
 from .deps import runtime_dependant
 from .errors import BodyParserError, is_json
-from .schemas import EmbeddingsRequest, EncodeImagesRequest, EncodeRequest
-from .schemas.retrieval import ItemsAdd, RetrieveRequest
-from .schemas.tei import (
-    SimilarityInput,
-    TEIDecodeRequest,
-    TEIEmbedAllRequest,
-    TEIEmbedRequest,
-    TEIRootRequest,
-    TEISimilarityRequest,
-)
-from .schemas.tokenize_score import ScoreRequest, TokenizeRequest
+from .schemas.counted import Counted
 
 log = logging.getLogger("lnserve.body")
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 INLINE_PARSE_BYTES = 64 * 1024  # measured: ~1 ms to parse inline; a 64 KiB body of tiny rows ~7 ms
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a UTF-16 surrogate, maybe unpaired
-
-# request model -> (how many items it carries, what they are called in the error): max_sentences applies
-_COUNTS: dict[type[BaseModel], tuple[Callable[[Any], int], str]] = {
-    EncodeRequest: (lambda b: len(b.sentences), "items"),
-    EncodeImagesRequest: (lambda b: len(b.features), "items"),
-    EmbeddingsRequest: (lambda b: 1 if isinstance(b.input, str) else len(b.input), "items"),
-    ItemsAdd: (lambda b: len(b.items), "items"),
-    RetrieveRequest: (lambda b: len(b.query_list()), "queries"),
-    TEIEmbedRequest: (lambda b: 1 if isinstance(b.inputs, str) else len(b.inputs), "items"),
-    TEISimilarityRequest: (lambda b: 1 + len(b.inputs.sentences), "items"),
-    TEIRootRequest: (
-        lambda b: (
-            1 + len(b.inputs.sentences)
-            if isinstance(b.inputs, SimilarityInput)
-            else 1
-            if isinstance(b.inputs, str)
-            else len(b.inputs)
-        ),
-        "items",
-    ),
-    TokenizeRequest: (lambda b: len(b.sentences), "items"),
-    TEIEmbedAllRequest: (lambda b: 1 if isinstance(b.inputs, str) else len(b.inputs), "items"),
-    TEIDecodeRequest: (lambda b: 1 if not b.ids or isinstance(b.ids[0], int) else len(b.ids), "items"),
-    ScoreRequest: (lambda b: max(len(b.captions), len(b.images)), "captions or images"),
-}
 
 
 def _validate(model: type[BaseModel], raw: bytes, max_items: int) -> BaseModel | list[dict[str, Any]]:
@@ -101,9 +66,8 @@ def _validate(model: type[BaseModel], raw: bytes, max_items: int) -> BaseModel |
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False, include_context=False)
         return [{"loc": ("body", *e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
-    count = _COUNTS.get(model)
-    if count is not None:
-        TooManySentencesError.check(count[0](body), max_items, count[1])
+    if isinstance(body, Counted):  # the body model says how many items it carries (``schemas.counted``)
+        TooManySentencesError.check(body.item_count(), max_items, body.count_label)
     return body
 
 

@@ -71,6 +71,18 @@ def check_finite(vectors: np.ndarray, what: str) -> np.ndarray:
     return vectors
 
 
+def finite_parts(vectors: np.ndarray, sizes: Sequence[int], what: str) -> list[np.ndarray | EncodeInputError]:
+    """``vectors`` cut into consecutive parts of ``sizes`` rows (one per job of a micro-batch), each part as
+    it is or, where a row of it is not finite, the ``EncodeInputError`` naming that row within the part:
+    one request's overflow never fails the requests batched with it. The rule is ``check_finite``'s."""
+    parts = np.split(vectors, np.cumsum(sizes)[:-1])
+    out: list[np.ndarray | EncodeInputError] = []
+    for part in parts:
+        bad = bad_rows(part)
+        out.append(nonfinite_error(what, int(bad[0]), len(bad)) if len(bad) else part)
+    return out
+
+
 def nonfinite_error(what: str, row: int, count: int = 1) -> EncodeInputError:
     more = f" ({count} such rows)" if count > 1 else ""
     return EncodeInputError(
@@ -125,7 +137,7 @@ class Engine:
         m = artifact.manifest
         self.family: Family = family_of(m)
         self.tokenizer_name: str = m["tokenizer"]
-        self.defaults: dict[str, bool] = m["defaults"]
+        self.defaults: dict[str, bool] = m["defaults"]  # read through ``eos_for`` / ``normalize_for``
         self.output_dim: int = m["dims"]["output_dim"]
         self.method: str = self.family.method_of(m)
         if not self.family.stacked:
@@ -149,6 +161,14 @@ class Engine:
         return cls(artifact, open_backend(artifact, backend, **options))
 
     # -- text ---------------------------------------------------------------------------------------
+    def eos_for(self, eos: bool | None) -> bool:
+        """Whether to append <eos>: the request's choice, else the model's default (the one place)."""
+        return self.defaults["eos"] if eos is None else eos
+
+    def normalize_for(self, normalize: bool | None) -> bool:
+        """Whether to normalise: the request's choice, else the model's default (the one place)."""
+        return self.defaults["normalize"] if normalize is None else normalize
+
     def token_ids(self, sentences: Sequence[str], *, pretokenized: bool, eos: bool) -> list[list[int]]:
         tokenize = tokenizer_for(self.tokenizer_name, pretokenized=pretokenized)
         seqs = [self.vocab.ids(tokenize(s), eos=eos) for s in sentences]
@@ -225,10 +245,10 @@ class Engine:
         batch_size: int = 128,
         progress: Callable[[int], None] | None = None,
     ) -> Encoded:
-        eos = self.defaults["eos"] if eos is None else eos
-        normalize = self.defaults["normalize"] if normalize is None else normalize
-        seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=eos)
-        vectors = self.encode_ids(seqs, normalize=normalize, batch_size=batch_size, progress=progress)
+        seqs = self.token_ids(sentences, pretokenized=pretokenized, eos=self.eos_for(eos))
+        vectors = self.encode_ids(
+            seqs, normalize=self.normalize_for(normalize), batch_size=batch_size, progress=progress
+        )
         return Encoded(vectors, [len(s) for s in seqs], self.unk_counts(seqs))
 
     def encode_ids(

@@ -44,7 +44,7 @@ from .errors import (
     QueueFullError,
     ShuttingDownError,
 )
-from .timing import record_job
+from .timing import JobTiming, record_job
 
 log = logging.getLogger("lnserve.batcher")
 
@@ -139,7 +139,13 @@ class MicroBatcher:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     async def submit(self, key: Hashable, payload: Any, *, rows: int, tokens: int) -> Any:
-        """Queue one job and wait for its result.
+        """Queue one job and wait for its result (``submit_timed`` without the times)."""
+        return (await self.submit_timed(key, payload, rows=rows, tokens=tokens))[0]
+
+    async def submit_timed(
+        self, key: Hashable, payload: Any, *, rows: int, tokens: int
+    ) -> tuple[Any, JobTiming]:
+        """Queue one job and wait for its result, returned with the job's times.
 
         Raises:
             QueueFullError: the queue has no room; nothing was queued.
@@ -170,8 +176,9 @@ class MicroBatcher:
         except asyncio.CancelledError:
             self._withdraw(job)
             raise
-        record_job(queue_s=job.started - job.enqueued, inference_s=job.inference_s, batch_size=job.batch_rows)
-        return result
+        timing = JobTiming(job.started - job.enqueued, job.inference_s, job.batch_rows)
+        record_job(timing)
+        return result, timing
 
     async def close(self) -> None:
         """Finish every queued job, then stop the collector and the worker thread."""

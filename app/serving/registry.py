@@ -24,7 +24,7 @@ from lnserve.errors import InvalidSettingError, UserInputError
 
 from ...converters.artifact import MANIFEST, check_model_name, read_manifest
 from ...converters.errors import ArtifactError
-from ..runtime.engine import Engine, bad_rows, nonfinite_error
+from ..runtime.engine import Engine, finite_parts
 from ..runtime.errors import EncodeInputError
 from ..runtime.model_ref import ModelRef
 from ..settings import Settings
@@ -39,6 +39,7 @@ from .errors import (
     TooManySentencesError,
 )
 from .memory import release_memory
+from .timing import JobTiming
 
 log = logging.getLogger("lnserve.registry")
 _T = TypeVar("_T", bound=Sequence[Any])
@@ -207,13 +208,30 @@ class ModelEntry:
         truncate: bool,
         keep_end: bool = False,
     ) -> tuple[list[list[int]], bool]:
-        """Token ids within the limits, and the eos actually used (synchronous: see ``prepare_async``).
-        ``keep_end``: truncation keeps a long sentence's last tokens (TEI's truncation_direction left)."""
-        engine = self._engine()
+        """``token_ids`` after the count check, and the eos actually used (synchronous: see
+        ``prepare_async``)."""
+        engine = self._engine()  # not ready: that error first
         self.check_count(len(sentences))
-        use_eos = engine.defaults["eos"] if eos is None else eos
+        seqs = self.token_ids(
+            sentences, pretokenized=pretokenized, eos=eos, truncate=truncate, keep_end=keep_end
+        )
+        return seqs, engine.eos_for(eos)
+
+    def token_ids(
+        self,
+        sentences: Sequence[str],
+        *,
+        pretokenized: bool,
+        eos: bool | None,
+        truncate: bool,
+        keep_end: bool = False,
+    ) -> list[list[int]]:
+        """Token ids within ``max_tokens`` (the caller has checked the count). ``keep_end``: truncation
+        keeps a long sentence's last tokens (TEI's truncation_direction left)."""
+        engine = self._engine()
+        use_eos = engine.eos_for(eos)
         seqs = engine.token_ids(sentences, pretokenized=pretokenized, eos=use_eos)
-        return self._within_max_tokens(seqs, eos=use_eos, truncate=truncate, keep_end=keep_end), use_eos
+        return self._within_max_tokens(seqs, eos=use_eos, truncate=truncate, keep_end=keep_end)
 
     def _within_max_tokens(
         self, seqs: list[_T], *, eos: bool, truncate: bool, keep_end: bool = False
@@ -244,14 +262,36 @@ class ModelEntry:
         truncate: bool,
         keep_end: bool = False,
     ) -> tuple[list[list[int]], bool]:
-        """``prepare`` for a request: small bodies on the event loop (a thread hop costs more than they
+        """``prepare`` for a request: the count checked, then ``token_ids_async``."""
+        engine = self._engine()  # not ready: that error first
+        self.check_count(len(sentences))
+        seqs = await self.token_ids_async(
+            sentences, pretokenized=pretokenized, eos=eos, truncate=truncate, keep_end=keep_end
+        )
+        return seqs, engine.eos_for(eos)
+
+    async def token_ids_async(
+        self,
+        sentences: list[str],
+        *,
+        pretokenized: bool,
+        eos: bool | None,
+        truncate: bool,
+        keep_end: bool = False,
+    ) -> list[list[int]]:
+        """``token_ids`` for a request: small bodies on the event loop (a thread hop costs more than they
         do), large ones in a thread so tokenising megabytes of text never stalls other requests."""
-        prepare = functools.partial(
-            self.prepare, sentences, pretokenized=pretokenized, eos=eos, truncate=truncate, keep_end=keep_end
+        token_ids = functools.partial(
+            self.token_ids,
+            sentences,
+            pretokenized=pretokenized,
+            eos=eos,
+            truncate=truncate,
+            keep_end=keep_end,
         )
         if sum(map(len, sentences)) <= INLINE_TOKENIZE_CHARS:
-            return prepare()
-        return await asyncio.to_thread(prepare)
+            return token_ids()
+        return await asyncio.to_thread(token_ids)
 
     def tokenize(
         self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None, truncate: bool = False
@@ -262,7 +302,7 @@ class ModelEntry:
         without the limits one body of a million tokens made a 40 MB answer."""
         engine = self._engine()
         self.check_count(len(sentences))
-        use_eos = engine.defaults["eos"] if eos is None else eos
+        use_eos = engine.eos_for(eos)
         unk = engine.vocab.unk
         out = []
         found = engine.tokenize(sentences, pretokenized=pretokenized, eos=use_eos)
@@ -288,13 +328,24 @@ class ModelEntry:
         return self._engine().unk_counts(seqs)
 
     async def encode_ids(self, seqs: list[list[int]], *, normalize: bool | None) -> np.ndarray:
-        norm = self._engine().defaults["normalize"] if normalize is None else normalize
-        key = ("text", bool(norm))
-        return await self.batcher.submit(key, seqs, rows=len(seqs), tokens=sum(map(len, seqs)))
+        """``encode_ids_timed`` without the times."""
+        return (await self.encode_ids_timed(seqs, normalize=normalize))[0]
+
+    async def encode_ids_timed(
+        self, seqs: list[list[int]], *, normalize: bool | None
+    ) -> tuple[np.ndarray, JobTiming]:
+        """Token ids from ``token_ids`` through the micro-batcher: the vectors and the job's times."""
+        key = ("text", bool(self._engine().normalize_for(normalize)))
+        return await self.batcher.submit_timed(key, seqs, rows=len(seqs), tokens=sum(map(len, seqs)))
 
     async def encode_images(self, features: list[list[float]]) -> np.ndarray:
-        engine = self._engine()
+        """``encode_images_timed`` after the count check, without the times."""
         self.check_count(len(features))
+        return (await self.encode_images_timed(features))[0]
+
+    async def encode_images_timed(self, features: list[list[float]]) -> tuple[np.ndarray, JobTiming]:
+        """Image feature rows through the micro-batcher (the caller has checked the count)."""
+        engine = self._engine()
         if engine.family.text_only:
             raise EncodeInputError(
                 f"model {self.name!r} has no image encoder ({engine.family.name} is text only)"
@@ -308,7 +359,7 @@ class ModelEntry:
         feats = np.asarray(features, dtype=np.float32)
         if not np.isfinite(feats).all():
             raise EncodeInputError("image features must be finite numbers (no NaN or infinity)")
-        return await self.batcher.submit(("images",), feats, rows=len(feats), tokens=len(feats))
+        return await self.batcher.submit_timed(("images",), feats, rows=len(feats), tokens=len(feats))
 
     def model_ref(self) -> ModelRef:
         """The identity a gallery records and checks queries against. Raises NotReadyError."""
@@ -398,8 +449,7 @@ def _engine_runner(
         except Exception as exc:
             fail(f"run time: {describe_error(exc)}")
             raise
-        parts = np.split(vectors, np.cumsum([len(p) for p in payloads])[:-1])
-        return [_finite_or_error(part, what) for part in parts]
+        return list(finite_parts(vectors, [len(p) for p in payloads], what))
 
     return run
 
@@ -416,11 +466,6 @@ def describe_error(exc: BaseException) -> str:
     """``Type: first line of the message`` (ORT messages run to many lines)."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-
-
-def _finite_or_error(vectors: np.ndarray, what: str) -> np.ndarray | Exception:
-    bad = bad_rows(vectors)
-    return nonfinite_error(what, int(bad[0]), len(bad)) if len(bad) else vectors
 
 
 class ModelRegistry:

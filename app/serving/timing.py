@@ -12,6 +12,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 
+@dataclass(frozen=True)
+class JobTiming:
+    """One batcher job's times, returned with its result (``MicroBatcher.submit_timed``)."""
+
+    queue_s: float = 0.0  # from enqueue to the start of the job's batch
+    inference_s: float = 0.0  # the model call that ran the job
+    batch_size: int = 0  # rows in that model call, the job's own included
+
+
 @dataclass
 class RequestTiming:
     timeout_s: float | None = None  # X-Request-Timeout-Ms: this request's queue deadline (None: the default)
@@ -40,8 +49,9 @@ class RequestTiming:
 current_timing: ContextVar[RequestTiming | None] = ContextVar("lnserve_request_timing", default=None)
 
 
-def record_job(*, queue_s: float, inference_s: float, batch_size: int) -> None:
-    """Add a completed job to the current request's timing (nothing outside a request)."""
+def record_job(job: JobTiming) -> None:
+    """Add a completed job to the current request's timing (nothing outside a request): the response
+    headers cover every route that runs a model, whatever flow it runs through."""
     timing = current_timing.get()
     if timing is not None:
-        timing.add(queue_s=queue_s, inference_s=inference_s, batch_size=batch_size)
+        timing.add(queue_s=job.queue_s, inference_s=job.inference_s, batch_size=job.batch_size)

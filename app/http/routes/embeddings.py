@@ -9,9 +9,9 @@ from fastapi import APIRouter, Path, Request
 from fastapi.openapi.models import Example
 from starlette.responses import Response
 
-from ..answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
+from ...serving.encoding import encode_texts
 from ..body_parsing import OffloadedBodyRoute
-from ..deps import RegistryDep, SettingsDep
+from ..deps import RegistryDep, SettingsDep, cancel_on_disconnect
 from ..schemas import (
     EmbeddingsRequest,
     EmbeddingsResponse,
@@ -20,7 +20,7 @@ from ..schemas import (
     VectorJSONResponse,
     encode_vectors,
 )
-from .encode_helpers import check_dimensions, encode_texts, text_inputs
+from .encode_helpers import AnswerBound, text_inputs
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute)
 
@@ -29,23 +29,19 @@ router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute
 async def embeddings(body: EmbeddingsRequest, request: Request, registry: RegistryDep) -> Response:
     """Embed a string or a list of strings (raw text, the model's tokenizer and defaults)."""
     texts = text_inputs(body.input)
-    entry = registry.get(body.model)
-    check_dimensions(entry, body.dimensions)
-    entry.check_count(len(texts))  # too many: that error, not the answer's size
-    limit = limit_of(request)
-    size = vectors_bytes(len(texts), entry.manifest["dims"]["output_dim"], body.encoding_format)
-    size += len(texts) * 48  # {"object":"embedding","index":N,"embedding":...},
-    check_answer_bytes(size, limit, f"{len(texts)} embeddings")
-    vectors, seqs = await encode_texts(request, entry, texts)
-    encoded = encode_vectors(vectors, body.encoding_format)
-    tokens = sum(len(s) for s in seqs)
+    # each vector is wrapped: {"object":"embedding","index":N,"embedding":...},
+    bound = AnswerBound(request, body.encoding_format, per_row=48, what="embeddings")
+    work = encode_texts(registry, body.model, texts, dimensions=body.dimensions, admit=bound.admit)
+    done = await cancel_on_disconnect(request, work)
+    encoded = encode_vectors(done.vectors, body.encoding_format)
+    tokens = sum(done.token_counts)
     answer = {
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)],
-        "model": entry.name,
+        "model": done.model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
-    return await json_answer(answer, limit=limit, inline=small(size))
+    return await bound.send(answer)
 
 
 @router.get("/models", response_model=OpenAIModelList)

@@ -1,41 +1,39 @@
-"""What every text-encoding route shares (``/encode``, ``/v1/embeddings``, the TEI routes): tokenise within
-the limits, encode through the model's micro-batcher, and withdraw the work if the client goes away."""
+"""What every encoding route shares (``/encode``, ``/v1/embeddings``, the TEI routes, ``/score``): the
+texts of an OpenAI or TEI ``input``, and an answer of vectors bounded by ``max_answer_bytes``. The encoding
+itself is one call into ``serving.encoding``."""
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
+
 from fastapi import Request
+from starlette.responses import Response
 
 from ...runtime.errors import EncodeInputError
-from ...serving.registry import ModelEntry
-from ..deps import cancel_on_disconnect
+from ..answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
 from ..errors import TokenIdsUnsupportedError
 
 
-async def encode_texts(
-    request: Request,
-    entry: ModelEntry,
-    texts: list[str],
-    *,
-    pretokenized: bool = False,
-    eos: bool | None = None,
-    truncate: bool = False,
-    keep_end: bool = False,
-    normalize: bool | None = None,
-) -> tuple[np.ndarray, list[list[int]]]:
-    """The vectors (N x dim, float32) and the token ids they were computed from."""
-    seqs, _ = await entry.prepare_async(
-        texts, pretokenized=pretokenized, eos=eos, truncate=truncate, keep_end=keep_end
-    )
-    vectors = await cancel_on_disconnect(request, entry.encode_ids(seqs, normalize=normalize))
-    return vectors, seqs
+class AnswerBound:
+    """One answer within ``max_answer_bytes``: ``admit`` (handed to ``serving.encoding``, which calls it
+    once the count is known good and before any work) refuses an answer of vectors over the bound, 413
+    ``answer_too_large``; ``send`` writes the answer, small ones on the loop."""
 
+    def __init__(self, request: Request, encoding: str = "float", *, per_row: int = 0, what: str = "vectors"):
+        self.limit, self.encoding, self.per_row, self.what = limit_of(request), encoding, per_row, what
+        self.size = 0
 
-def check_dimensions(entry: ModelEntry, dimensions: int | None) -> None:
-    """``dimensions`` (OpenAI, TEI) can only be the model's own: these encoders have no shorter prefix."""
-    dim = entry.manifest["dims"]["output_dim"]
-    if dimensions is not None and dimensions != dim:
-        raise EncodeInputError(f"dimensions={dimensions} is not supported: model {entry.name!r} gives {dim}")
+    def admit(self, rows: int, dim: int) -> None:
+        """``rows`` vectors of ``dim`` numbers (and ``per_row`` bytes of wrapping each)."""
+        self.check(vectors_bytes(rows, dim, self.encoding) + rows * self.per_row, f"{rows} {self.what}")
+
+    def check(self, size: int, what: str) -> None:
+        """An answer of about ``size`` bytes (``what``: how it is made)."""
+        self.size = size
+        check_answer_bytes(size, self.limit, what)
+
+    async def send(self, answer: Any) -> Response:
+        return await json_answer(answer, limit=self.limit, inline=small(self.size))
 
 
 def text_inputs(inputs: str | list[str] | list[int] | list[list[int]]) -> list[str]:

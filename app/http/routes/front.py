@@ -137,8 +137,12 @@ async def front(registry: RegistryDep, store: GalleriesDep) -> HTMLResponse:
     galleries = [
         {**g.summary(), "why": why_unusable(registry, g)} for g in await run_in_threadpool(store.list)
     ]
-    state = "ready" if registry.ready else "loading"
-    html = f"""<!doctype html>
+    return HTMLResponse(_page(models, galleries, "ready" if registry.ready else "loading"))
+
+
+def _page(models: list[dict[str, Any]], galleries: list[dict[str, Any]], state: str) -> str:
+    """The whole page: what is served, where to go next, the form."""
+    return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <title>lnserve</title><style>{_STYLE}</style></head>
 <body>
@@ -154,4 +158,3 @@ checkpoints, retrieval and galleries, settings); <code>mkdocs serve</code> there
 <h2>Try it</h2>{_form(galleries)}
 <script>{_SCRIPT}</script>
 </body></html>"""
-    return HTMLResponse(html)

@@ -20,16 +20,10 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from ...runtime.errors import EncodeInputError
+from ...serving.encoding import encode_texts, encode_token_states
 from ...serving.errors import SentenceTooLongError, TooManySentencesError
-from ...serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry
-from ..answers import (
-    answer_made_off_loop,
-    check_answer_bytes,
-    json_answer,
-    limit_of,
-    small,
-    vectors_bytes,
-)
+from ...serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry, ModelRegistry
+from ..answers import answer_made_off_loop, json_answer, limit_of
 from ..body_parsing import OffloadedBodyRoute
 from ..deps import RegistryDep, cancel_on_disconnect
 from ..errors import error_response
@@ -44,7 +38,7 @@ from ..schemas.tei import (
     TEIToken,
     TEITokenizeRequest,
 )
-from .encode_helpers import check_dimensions, encode_texts, text_inputs
+from .encode_helpers import AnswerBound, text_inputs
 
 # TEI answers 413 (its "validation" errors) where a request is over a limit; lnserve's table says 422
 _OVER_LIMIT = (TooManySentencesError, SentenceTooLongError)
@@ -76,43 +70,35 @@ def _no_prompt(prompt_name: str | None) -> None:
 
 async def _embed(
     request: Request,
-    entry: ModelEntry,
+    registry: ModelRegistry,
     body: TEIEmbedRequest | TEIRootRequest,
     inputs: str | list[str] | list[int] | list[list[int]],
 ) -> Response:
     texts = text_inputs(inputs)
     _no_prompt(body.prompt_name)
-    check_dimensions(entry, body.dimensions)
-    entry.check_count(len(texts))  # too many: that error (413), not the answer's size
-    limit = limit_of(request)
-    size = vectors_bytes(len(texts), entry.manifest["dims"]["output_dim"])
-    check_answer_bytes(size, limit, f"{len(texts)} vectors")
-    vectors, _ = await encode_texts(
-        request,
-        entry,
-        texts,
-        truncate=bool(body.truncate),
-        keep_end=body.truncation_direction == "left",
-        normalize=body.normalize,
-    )
-    answer = np.ascontiguousarray(vectors, dtype=np.float32)
-    return await json_answer(answer, limit=limit, inline=small(size))
+    bound = AnswerBound(request)
+    work = encode_texts(
+        registry, None, texts, truncate=bool(body.truncate), keep_end=body.truncation_direction == "left",
+        normalize=body.normalize, dimensions=body.dimensions, admit=bound.admit,
+    )  # fmt: skip
+    done = await cancel_on_disconnect(request, work)
+    return await bound.send(np.ascontiguousarray(done.vectors, dtype=np.float32))
 
 
 async def _similarity(
-    request: Request, entry: ModelEntry, body: TEISimilarityRequest | TEIRootRequest, inputs: SimilarityInput
+    request: Request,
+    registry: ModelRegistry,
+    body: TEISimilarityRequest | TEIRootRequest,
+    inputs: SimilarityInput,
 ) -> Response:
     """Cosine similarity of ``source_sentence`` to each of ``sentences`` (as TEI: unit vectors' dot)."""
     _no_prompt(body.prompt_name)
     texts = [inputs.source_sentence, *inputs.sentences]
-    vectors, _ = await encode_texts(
-        request,
-        entry,
-        texts,
-        truncate=bool(body.truncate),
-        keep_end=body.truncation_direction == "left",
+    work = encode_texts(
+        registry, None, texts, truncate=bool(body.truncate), keep_end=body.truncation_direction == "left",
         normalize=True,
-    )
+    )  # fmt: skip
+    vectors = (await cancel_on_disconnect(request, work)).vectors
     scores = (vectors[1:] @ vectors[0]).astype(np.float32)  # one number per sentence: small
     return await json_answer(scores, limit=limit_of(request), inline=True)
 
@@ -120,13 +106,13 @@ async def _similarity(
 @router.post("/embed", response_model=list[list[float]], response_class=VectorJSONResponse)
 async def embed(body: TEIEmbedRequest, request: Request, registry: RegistryDep) -> Response:
     """TEI ``/embed``: one vector per input, always a list of lists."""
-    return await _embed(request, registry.get(None), body, body.inputs)
+    return await _embed(request, registry, body, body.inputs)
 
 
 @router.post("/similarity", response_model=list[float], response_class=VectorJSONResponse)
 async def similarity(body: TEISimilarityRequest, request: Request, registry: RegistryDep) -> Response:
     """TEI ``/similarity``: the cosine similarity of ``source_sentence`` to each sentence, in order."""
-    return await _similarity(request, registry.get(None), body, body.inputs)
+    return await _similarity(request, registry, body, body.inputs)
 
 
 @router.post("/", response_model=list[list[float]] | list[float], response_class=VectorJSONResponse)
@@ -134,10 +120,9 @@ async def root(body: TEIRootRequest, request: Request, registry: RegistryDep) ->
     """The Hugging Face inference shape (``InferenceClient(base_url=...)``): ``feature_extraction`` sends
     ``{"inputs": "..." | [...]}`` (vectors), ``sentence_similarity`` sends ``{"inputs": {"source_sentence":
     ..., "sentences": [...]}}`` (one score per sentence)."""
-    entry = registry.get(None)
     if isinstance(body.inputs, SimilarityInput):
-        return await _similarity(request, entry, body, body.inputs)
-    return await _embed(request, entry, body, body.inputs)
+        return await _similarity(request, registry, body, body.inputs)
+    return await _embed(request, registry, body, body.inputs)
 
 
 @router.post("/tei/tokenize", response_model=list[list[TEIToken]])
@@ -204,25 +189,12 @@ async def embed_all(body: TEIEmbedAllRequest, request: Request, registry: Regist
     ``/embed`` vector. Row t is the state the encoder reaches on the first t + 1 tokens (for bi-skip's
     backward half: its state after reading those tokens from the last back). A request carries at most
     max_sentences tokens in all (one row each: the answer is as large as the largest ``/embed``)."""
-    entry = registry.get(None)
     _no_prompt(body.prompt_name)
     texts = text_inputs(body.inputs)
-    seqs, _ = await entry.prepare_async(
-        texts,
-        pretokenized=False,
-        eos=None,
-        truncate=bool(body.truncate),
-        keep_end=body.truncation_direction == "left",
-    )
-    rows = sum(map(len, seqs))
-    TooManySentencesError.check(rows, entry.settings.max_sentences, "tokens")
-    limit = limit_of(request)
-    size = vectors_bytes(rows, entry.manifest["dims"]["output_dim"])
-    check_answer_bytes(size, limit, f"{rows} token states")
-    # every prefix of every sentence, encoded raw by the same batcher and graph as /embed: the last state of
-    # the prefix of t + 1 tokens is the state after token t (the recurrences run forwards, from zero)
-    prefixes = [seq[: t + 1] for seq in seqs for t in range(len(seq))]
-    states = await cancel_on_disconnect(request, entry.encode_ids(prefixes, normalize=False))
-    per_input = np.split(states, np.cumsum([len(s) for s in seqs])[:-1])
-    answer = [np.ascontiguousarray(s, dtype=np.float32) for s in per_input]
-    return await json_answer(answer, limit=limit, inline=small(size))
+    bound = AnswerBound(request, what="token states")
+    work = encode_token_states(
+        registry, None, texts, truncate=bool(body.truncate), keep_end=body.truncation_direction == "left",
+        admit=bound.admit,
+    )  # fmt: skip
+    done = await cancel_on_disconnect(request, work)
+    return await bound.send([np.ascontiguousarray(s, dtype=np.float32) for s in done.states])

@@ -10,6 +10,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import JSONResponse
 
+from .counted import Counted, items_in
 from .fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
 from .retrieval import GallerySummary
 
@@ -50,7 +51,7 @@ NORMALIZE = (
 
 
 # -- /encode ---------------------------------------------------------------------------------------
-class EncodeRequest(BaseModel):
+class EncodeRequest(Counted, BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={"examples": [{"sentences": ["a red circle on the left", "a blue square"]}]},
@@ -67,6 +68,9 @@ class EncodeRequest(BaseModel):
     truncate: bool = Field(False, description="Cut sentences over max_tokens instead of refusing them.")
     encoding: Encoding = Field("float", description="base64: little-endian float32 per vector.")
 
+    def item_count(self) -> int:
+        return len(self.sentences)
+
 
 class EncodeResponse(BaseModel):
     model: str
@@ -80,12 +84,15 @@ class EncodeResponse(BaseModel):
     )
 
 
-class EncodeImagesRequest(BaseModel):
+class EncodeImagesRequest(Counted, BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"features": [DEMO_IMAGE]}]})
 
     model: str | None = ModelName
     features: list[list[float]] = Field(min_length=1, description="CNN feature rows (N x dim_image).")
     encoding: Encoding = "float"
+
+    def item_count(self) -> int:
+        return len(self.features)
 
 
 class EncodeImagesResponse(BaseModel):
@@ -96,7 +103,7 @@ class EncodeImagesResponse(BaseModel):
 
 
 # -- /v1/embeddings (OpenAI-compatible) ------------------------------------------------------------
-class EmbeddingsRequest(BaseModel):
+class EmbeddingsRequest(Counted, BaseModel):
     model_config = ConfigDict(  # OpenAI clients send fields we have no use for
         extra="ignore", json_schema_extra={"examples": [{"input": "a red circle on the left"}]}
     )
@@ -109,6 +116,9 @@ class EmbeddingsRequest(BaseModel):
     encoding_format: Encoding = "float"
     dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
     user: str | None = None
+
+    def item_count(self) -> int:
+        return items_in(self.input)
 
 
 class EmbeddingItem(BaseModel):

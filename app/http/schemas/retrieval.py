@@ -6,12 +6,13 @@ both modules share the conventions: ``extra="forbid"`` on requests, limits state
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from ...galleries.layout import KINDS, MAX_K, MAX_QUERIES
 from ...galleries.rules import GALLERY_NAME_PATTERN, GALLERY_NAME_RULE
+from .counted import Counted
 
 GalleryKind = Literal["images", "captions"]
 assert set(GalleryKind.__args__) == set(KINDS)  # type: ignore[attr-defined]  # one list of kinds
@@ -118,7 +119,7 @@ class ItemIn(BaseModel):
         return self
 
 
-class ItemsAdd(BaseModel):
+class ItemsAdd(Counted, BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
@@ -137,6 +138,9 @@ class ItemsAdd(BaseModel):
     items: list[ItemIn] = Field(min_length=1, description="At most max_sentences items (see /info).")
     pretokenized: bool = Field(False, description="Split captions on whitespace only, as the original code.")
     truncate: bool = Field(False, description="Cut captions over max_tokens instead of refusing them.")
+
+    def item_count(self) -> int:
+        return len(self.items)
 
 
 class ItemsAdded(BaseModel):
@@ -176,7 +180,7 @@ class IdQuery(BaseModel):
 Query = TextQuery | ImageQuery | IdQuery
 
 
-class RetrieveRequest(BaseModel):
+class RetrieveRequest(Counted, BaseModel):
     """Exactly one of ``query`` (one query; ``results`` is one list) and ``queries`` (a batch; ``results``
     is one list per query, in order)."""
 
@@ -206,8 +210,13 @@ class RetrieveRequest(BaseModel):
             raise ValueError("give exactly one of query and queries")
         return self
 
+    count_label: ClassVar[str] = "queries"
+
     def query_list(self) -> list[Query]:
         return [self.query] if self.query is not None else list(self.queries or [])
+
+    def item_count(self) -> int:
+        return len(self.query_list())
 
 
 class Hit(BaseModel):

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictInt
 
+from .counted import Counted, items_in
 from .encode import NORMALIZE
 
 Inputs = str | list[str] | list[int] | list[list[int]]
@@ -33,12 +34,15 @@ class _TEIRequest(BaseModel):
     prompt_name: str | None = Field(None, description="Not supported (the models have no prompts): 422.")
 
 
-class TEIEmbedRequest(_TEIRequest):
+class TEIEmbedRequest(Counted, _TEIRequest):
     model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": ["a red circle", "a blue square"]}]})
 
     inputs: Inputs = Field(description="A string or a list of strings (token ids: 422).")
     normalize: bool = Field(True, description=NORMALIZE)
     dimensions: StrictInt | None = Field(None, description="Must equal the model's dimension if given.")
+
+    def item_count(self) -> int:
+        return items_in(self.inputs)
 
 
 SIMILARITY_EXAMPLE: dict[str, JsonValue] = {
@@ -52,14 +56,17 @@ class SimilarityInput(BaseModel):
     sentences: list[str] = Field(min_length=1)
 
 
-class TEISimilarityRequest(_TEIRequest):
+class TEISimilarityRequest(Counted, _TEIRequest):
     model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": SIMILARITY_EXAMPLE}]})
 
     inputs: SimilarityInput
     parameters: dict[str, object] | None = Field(None, description="Accepted and ignored.")
 
+    def item_count(self) -> int:
+        return 1 + len(self.inputs.sentences)
 
-class TEIRootRequest(_TEIRequest):
+
+class TEIRootRequest(Counted, _TEIRequest):
     """``POST /``: a feature-extraction body, or a sentence-similarity one (``inputs`` an object)."""
 
     model_config = ConfigDict(
@@ -71,16 +78,24 @@ class TEIRootRequest(_TEIRequest):
     dimensions: StrictInt | None = None
     parameters: dict[str, object] | None = None
 
+    def item_count(self) -> int:
+        if isinstance(self.inputs, SimilarityInput):
+            return 1 + len(self.inputs.sentences)
+        return items_in(self.inputs)
 
-class TEIEmbedAllRequest(_TEIRequest):
+
+class TEIEmbedAllRequest(Counted, _TEIRequest):
     """``/embed_all``: the encoder's state after each token of each input."""
 
     model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"inputs": "a red circle"}]})
 
     inputs: Inputs = Field(description="A string or a list of strings (token ids: 422).")
 
+    def item_count(self) -> int:
+        return items_in(self.inputs)
 
-class TEIDecodeRequest(BaseModel):
+
+class TEIDecodeRequest(Counted, BaseModel):
     """``/decode``: token ids (as ``/tokenize`` gives them) back to text."""
 
     model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"ids": [2, 14, 9, 0]}]})
@@ -90,13 +105,19 @@ class TEIDecodeRequest(BaseModel):
     )
     skip_special_tokens: bool = Field(True, description="Leave out <eos>.")
 
+    def item_count(self) -> int:
+        return 1 if not self.ids or isinstance(self.ids[0], int) else len(self.ids)
 
-class TEITokenizeRequest(BaseModel):
+
+class TEITokenizeRequest(Counted, BaseModel):
     model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{"inputs": "a red circle"}]})
 
     inputs: str | list[str]
     add_special_tokens: bool = Field(True, description="Append the model's eos token where it uses one.")
     prompt_name: str | None = None
+
+    def item_count(self) -> int:
+        return items_in(self.inputs)
 
 
 class TEIToken(BaseModel):

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
+from .counted import Counted
 from .fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
 from .tei import TEITokenizeRequest
 
 
 # -- /tokenize -------------------------------------------------------------------------------------
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(Counted, BaseModel):
     """lnserve's body; a body with ``inputs`` (and no ``sentences``) is TEI's (``TEITokenizeRequest``),
     validated by TEI's rules and answered in TEI's shape, so that TEI clients work at ``POST /tokenize``."""
 
@@ -47,6 +48,9 @@ class TokenizeRequest(BaseModel):
         """TEI's body when the request came in TEI's shape (answered in TEI's shape)."""
         return self._tei
 
+    def item_count(self) -> int:
+        return len(self.sentences)
+
 
 class Token(BaseModel):
     token: str = Field(description="The token as looked up (after the tokenizer: e.g. lowercased).")
@@ -74,7 +78,7 @@ class TokenizeResponse(BaseModel):
 
 
 # -- /score ----------------------------------------------------------------------------------------
-class ScoreRequest(BaseModel):
+class ScoreRequest(Counted, BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={"examples": [{"captions": ["a red circle on the left"], "images": [DEMO_IMAGE]}]},
@@ -89,6 +93,11 @@ class ScoreRequest(BaseModel):
         False, description="Split captions on whitespace only, as the original code did."
     )
     truncate: bool = Field(False, description="Cut captions over max_tokens instead of refusing them.")
+
+    count_label: ClassVar[str] = "captions or images"
+
+    def item_count(self) -> int:
+        return max(len(self.captions), len(self.images))
 
 
 class ScoreMeaning(BaseModel):
