@@ -218,7 +218,7 @@ def _scan_py(queries, items, out, start, stop, tile, mode, one):
 def vector_isa() -> str:
     """The widest vector registers numba's LLVM target may use: ``avx512`` (16 floats), ``avx2`` (8) or
     ``other``; follows ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` like numba does."""
-    features = config.CPU_FEATURES
+    features: str | None = getattr(config, "CPU_FEATURES", None)  # set at run time from the environment
     if features is None:
         features = llvm.get_host_cpu_features().flatten()
     enabled = set(f[1:] for f in features.split(",") if f.startswith("+"))
