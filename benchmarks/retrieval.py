@@ -16,13 +16,20 @@ The machine may be shared: every timing is taken ``--reps`` times, the kernels i
 the table shows the best (``min``) and the median; the load average before and after is printed. With
 ``--wait-idle S`` each timing waits (up to S seconds) until the cores are >= 90% idle.
 
+The CPU and the numba kernel's code path are printed first (vector ISA, checked in the compiled assembly:
+zmm or ymm registers; lanes; block shape); beside the batch, the ALU floor: vector operations per element and
+pair / (pipes x lanes x clock x cores), with the assumptions stated (``--pipes``; the clock from lscpu or
+/proc/cpuinfo), and how many cores' worth of ALU rate the machine gives two threads at once. ``--variants``
+adds the in-cache rate of other block shapes. To measure the AVX2 code on an AVX-512 host:
+``NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=<the host's features without +avx512*>``.
+
 Galleries: the synthetic one above (``--sizes``; 100k rows by default, ``--full`` adds the issue's 1M x 1024,
 a 4 GiB array), and with ``--real N`` one of real vectors: N image embeddings of the demo model (64-d, the
 only trained order model in the repository) over its synthetic world's images, queried by caption
 embeddings (caption side), and N caption embeddings queried by image embeddings (image side).
 
     python benchmarks/retrieval.py [--sizes 100000] [--full] [--real 200000] [--sides caption image]
-        [--kernels numba pruned numpy torch-prev numpy-prev]
+        [--kernels numba pruned numpy torch-prev numpy-prev] [--pipes 2] [--variants]
 """
 
 from __future__ import annotations
@@ -215,6 +222,103 @@ def alu_ceiling(dim: int, batch: int, reps: int) -> float:
     return 20 * batch * len(tile) * dim / best
 
 
+def code_path() -> dict[str, Any]:
+    """The numba kernel's code on this host: vector ISA (checked in the compiled assembly: zmm registers
+    or not), register lanes, block shape, the subtraction's form."""
+    import re
+
+    from lnserve.app.runtime import numba_kernel as nk
+
+    probe = nk.build_scan(nk.QUERY_BLOCK, nk.ROW_BLOCK, nk.FMA_SUB)
+    q = random_gallery(8, 64, seed=5)
+    probe(q, q, np.empty((8, 8), dtype=np.float32), 0, 8, 8, nk.CAPTION, np.float32(1))
+    asm = "".join(probe.inspect_asm().values())
+    zmm = len(re.findall(r"%zmm", asm))
+    return {
+        "isa": nk.ISA,
+        "asm": "zmm" if zmm else "ymm" if re.search(r"%ymm", asm) else "xmm/other",
+        "lanes": 16 if zmm else 8 if re.search(r"%ymm", asm) else 4,
+        "block": f"{nk.QUERY_BLOCK}x{nk.ROW_BLOCK}",
+        "sub": "fma(a, 1, -b)" if nk.FMA_SUB else "a - b",
+    }
+
+
+def clock_ghz() -> tuple[float, str]:
+    """The core clock and where it came from: lscpu's max MHz (the boost clock) where it has one, else
+    /proc/cpuinfo's current MHz (a VM often shows only the base clock there)."""
+    import subprocess
+
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in lscpu.splitlines():
+            if line.startswith("CPU max MHz:"):
+                return float(line.split(":")[1]) / 1e3, "lscpu max MHz"
+    except OSError:
+        pass
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("cpu MHz"):
+            return float(line.split(":")[1]) / 1e3, "/proc/cpuinfo cpu MHz"
+    return float("nan"), "unknown"
+
+
+def alu_floor_s(pairs_dims: float, ops: int, pipes: int, lanes: int, ghz: float, cores: int) -> float:
+    """Seconds a batch cannot beat: ``ops`` vector operations per element and pair over
+    ``pipes x lanes x clock x cores`` lane-operations per second."""
+    return pairs_dims * ops / (pipes * lanes * ghz * 1e9 * cores)
+
+
+def variant_rates(dim: int, batch: int, reps: int) -> dict[str, tuple[float, float]]:
+    """In-cache rate (G query-row-dims/s, 1 thread; order violation, dot) of block shapes and subtraction
+    forms: what ``numba_kernel.BLOCK_SHAPES`` is chosen from, measured on this host's code path."""
+    from lnserve.app.runtime import numba_kernel as nk
+
+    tile = random_gallery(256, dim, seed=3)
+    queries = random_gallery(batch, dim, seed=4)
+    out = np.empty((batch, len(tile)), dtype=np.float32)
+    rates = {}
+    for qb, rb, fma in ((4, 4, True), (4, 4, False), (2, 2, True), (2, 2, False), (4, 2, True), (2, 4, True)):
+        scan = nk.build_scan(qb, rb, fma)
+        got = []
+        for mode in (nk.CAPTION, nk.DOT):
+            scan(queries, tile, out, 0, len(tile), nk.tile_rows(dim), mode, np.float32(1))
+            best = float("inf")
+            for _ in range(reps):
+                t0 = time.thread_time()
+                for _ in range(10):
+                    scan(queries, tile, out, 0, len(tile), nk.tile_rows(dim), mode, np.float32(1))
+                best = min(best, time.thread_time() - t0)
+            got.append(10 * batch * len(tile) * dim / best / 1e9)
+        rates[f"{qb}x{rb} {'fma-sub' if fma else 'sub'}"] = (got[0], got[1])
+    return rates
+
+
+def alu_cores(dim: int, batch: int, reps: int) -> float:
+    """How many cores' worth of ALU throughput the machine gives a batch: the in-cache rate of one thread
+    per core, all at once, over the rate of one thread alone (best of ``reps`` each). Below the core count
+    when other load or SMT siblings (vCPUs that share a physical core's pipes) take the pipes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lnserve.app.runtime import numba_kernel as nk
+
+    cores = os.cpu_count() or 1
+    tile = random_gallery(256, dim, seed=3)
+    queries = random_gallery(batch, dim, seed=4)
+    outs = [np.empty((batch, len(tile)), dtype=np.float32) for _ in range(cores)]
+
+    def work(i: int) -> None:
+        for _ in range(10):
+            nk.scan(queries, tile, outs[i], 0, len(tile), nk.tile_rows(dim), nk.CAPTION)
+
+    best = {1: float("inf"), cores: float("inf")}
+    with ThreadPoolExecutor(cores) as pool:
+        for _ in range(reps):
+            for threads in best:
+                t0 = time.perf_counter()
+                list(pool.map(work, range(threads)))
+                best[threads] = min(best[threads], (time.perf_counter() - t0) / threads)
+    return best[1] / best[cores]
+
+
 def cpu_idle_fraction(window: float = 0.5) -> float:
     """Share of the machine's CPU time that was idle over ``window`` seconds (Linux /proc/stat)."""
 
@@ -291,6 +395,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--numpy-max", type=int, default=200_000, help="skip numpy kernels above this size")
     ap.add_argument(
+        "--pipes", type=int, default=2, help="ALU floor: vector FP pipes per core that take any of the ops"
+    )
+    ap.add_argument("--variants", action="store_true", help="also the in-cache rate of other block shapes")
+    ap.add_argument(
         "--wait-idle", type=float, default=0.0, help="shared machine: wait up to this many s for idle cores"
     )
     args = ap.parse_args()
@@ -301,6 +409,13 @@ def main() -> None:
         "unknown",
     ) if Path("/proc/cpuinfo").exists() else "unknown"  # fmt: skip
     print(f"cpu: {cpu}; load average before: {os.getloadavg()}, cores: {os.cpu_count()}")
+    path = code_path() if "numba" in args.kernels or "pruned" in args.kernels else None
+    if path:
+        print(
+            f"numba code path: {path['isa']} ({path['asm']} registers in the compiled scan, {path['lanes']} "
+            f"float lanes per register), block {path['block']} queries x rows, subtraction {path['sub']} "
+            "(NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=<host features without +avx512*> forces avx2)"
+        )
 
     kernels = build_kernels(args.kernels)
     rows = []
@@ -348,6 +463,36 @@ def main() -> None:
     print(f"cpu ratio: process CPU seconds of {b} queries / of 1 query (all threads; robust to other load)")
     print(f"visited: share of (query, item, 16-dim block) triples the pruned scan read, 1 query/{b} queries")
     print(f"numba in-cache rate, 1 thread: {rate / 1e9:.1f} G query-row-dims/s (the ALU ceiling)")
+    if path:
+        ghz, source = clock_ghz()
+        lanes = path["lanes"]
+        print(
+            f"ALU floor = vector ops per element and pair / (pipes x lanes x clock x cores); assumed: "
+            f"{args.pipes} pipes (--pipes), {lanes} lanes ({path['asm']}), {ghz:.2f} GHz ({source}), "
+            f"{cores} cores; order violation 4 ops (sub, max, mul, add), dot 2 (mul, add)"
+        )
+        for (label, items, _, side), times, _, names, _ in rows:
+            if "numba" not in names:
+                continue
+            pd = b * len(items) * items.shape[1]
+            floor = alu_floor_s(pd, 4, args.pipes, lanes, ghz, cores)
+            one, many = min(times[("numba", 1)][0]), min(times[("numba", b)][0])
+            print(
+                f"  {label} {len(items)} items, {side}: {b} queries' ALU floor {floor * 1e3:.0f} ms "
+                f"= {floor / one:.2f} x 1 query; measured {many * 1e3:.0f} ms = {many / floor:.2f} x it "
+                f"(dot products: floor {alu_floor_s(pd, 2, args.pipes, lanes, ghz, cores) * 1e3:.0f} ms)"
+            )
+    if path:
+        print(
+            f"ALU scaling: {cores} threads at once run {alu_cores(args.dim, b, args.reps):.2f} x 1 thread's "
+            "in-cache rate (below the core count: other load, or vCPUs sharing a physical core)"
+        )
+    if args.variants and path:
+        print(
+            f"in-cache rate of kernel variants, 1 thread, {path['isa']} code, G query-row-dims/s (ov, dot):"
+        )
+        for variant, (ov, dot) in variant_rates(args.dim, b, args.reps).items():
+            print(f"  {variant:14} {ov:6.1f} {dot:6.1f}")
     for (label, items, _, side), times, _, names, _ in rows:
         if "numba" in names and items.shape[1] == args.dim:
             floor = b * len(items) * args.dim / (rate * cores)

@@ -13,24 +13,29 @@ accumulator sums ``max(0, c_d - i_d)^2`` over ``d = l, l + 16, l + 32, ...`` in 
 bit-identical to it. The square and the add are never fused (an FMA there would round differently); the
 subtraction ``a - b`` is computed as ``fma(a, 1, -b)``, which rounds exactly like it (``a * 1`` is exact)
 but runs on the multiply pipes, so sub, max, mul and add spread over both pipe pairs of a core (measured
-+28% in-cache rate on the AVX-512 dev VM).
++28% in-cache rate on the AVX-512 dev VM; with AVX2 code the plain subtraction measured ~4% faster, so
+``BLOCK_SHAPES`` picks it per vector width).
 
 Blocking: a thread walks its gallery rows in tiles of ~256 KiB (L2); within a tile, blocks of
-``QUERY_BLOCK`` queries x ``ROW_BLOCK`` rows keep 16 accumulators in registers, so each loaded vector feeds
-4 pairs. One query is bound by memory bandwidth; a batch by the ALUs (4 vector ops per element and pair).
+``QUERY_BLOCK`` queries x ``ROW_BLOCK`` rows (per vector width, ``BLOCK_SHAPES``: 4 x 4 with AVX-512, 2 x 2
+with AVX2) keep their accumulators in registers, so each loaded vector feeds several pairs. One query is
+bound by memory bandwidth; a batch by the ALUs (4 vector ops per element and pair). The block shape and the
+subtraction's form never change a float: each pair's 16 lanes sum in the canonical order whatever the block.
 """
 
 from __future__ import annotations
 
+from types import FunctionType
+from typing import Any
+
+import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.core import cgutils
+from numba.core import cgutils, config
 from numba.extending import intrinsic
 
 LANES = 16
-QUERY_BLOCK = 4
-ROW_BLOCK = 4
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -58,7 +63,7 @@ def _lanes(builder: ir.IRBuilder, v: ir.Value, first: int, count: int) -> ir.Val
     return builder.shuffle_vector(v, v, mask)
 
 
-def _block(n_queries: int, n_rows: int, mode: str):
+def _block(n_queries: int, n_rows: int, mode: str, fma_sub: bool = True):
     """An intrinsic scoring ``n_queries`` x ``n_rows`` pairs; ``mode``: ``caption`` E(query, row), ``image``
     E(row, query), ``dot`` the dot product query . row (cosine galleries), all in the same lane order.
 
@@ -92,7 +97,7 @@ def _block(n_queries: int, n_rows: int, mode: str):
         def term(q, v):
             if mode == "dot":  # a plain product: the add below is never fused with it
                 return builder.fmul(q, v)
-            if isinstance(q.type, ir.VectorType):  # a - b as fma(a, 1, -b): same rounding, on the FMA pipes
+            if fma_sub and isinstance(q.type, ir.VectorType):  # a - b as fma(a, 1, -b): same rounding
                 fma = cgutils.get_or_insert_function(
                     builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32"
                 )
@@ -139,55 +144,36 @@ def _block(n_queries: int, n_rows: int, mode: str):
     return intrinsic(typer)
 
 
-_BLOCKS = {
-    mode: (_block(QUERY_BLOCK, ROW_BLOCK, mode), _block(QUERY_BLOCK, 1, mode), _block(1, ROW_BLOCK, mode),
-           _block(1, 1, mode))
-    for mode in ("caption", "image", "dot")
-}  # fmt: skip
 CAPTION, IMAGE, DOT = 0, 1, 2  # ``scan``'s mode argument
-_c_full, _c_rows1, _c_query1, _c_one = _BLOCKS["caption"]
-_i_full, _i_rows1, _i_query1, _i_one = _BLOCKS["image"]
-_d_full, _d_rows1, _d_query1, _d_one = _BLOCKS["dot"]
+FEW_QUERIES = 4  # fewer queries than this are memory-bound: scored row after row, not in blocks
 
 
-@njit(inline="always")
-def _full(mode, qp, qo, vp, vo, dim, op, oo, n, one):
-    if mode == CAPTION:
-        _c_full(qp, qo, vp, vo, dim, op, oo, n, one)
-    elif mode == IMAGE:
-        _i_full(qp, qo, vp, vo, dim, op, oo, n, one)
-    else:
-        _d_full(qp, qo, vp, vo, dim, op, oo, n, one)
+def _by_mode(n_queries: int, n_rows: int, fma_sub: bool = True):
+    """One inlined function that runs the ``n_queries`` x ``n_rows`` block of ``scan``'s mode."""
+    caption, image, dot = (_block(n_queries, n_rows, m, fma_sub) for m in ("caption", "image", "dot"))
+
+    @njit(inline="always")
+    def run(mode, qp, qo, vp, vo, dim, op, oo, n, one):  # pragma: no cover - compiled
+        if mode == CAPTION:
+            caption(qp, qo, vp, vo, dim, op, oo, n, one)
+        elif mode == IMAGE:
+            image(qp, qo, vp, vo, dim, op, oo, n, one)
+        else:
+            dot(qp, qo, vp, vo, dim, op, oo, n, one)
+
+    return run
 
 
-@njit(inline="always")
-def _rows1(mode, qp, qo, vp, vo, dim, op, oo, n, one):
-    if mode == CAPTION:
-        _c_rows1(qp, qo, vp, vo, dim, op, oo, n, one)
-    elif mode == IMAGE:
-        _i_rows1(qp, qo, vp, vo, dim, op, oo, n, one)
-    else:
-        _d_rows1(qp, qo, vp, vo, dim, op, oo, n, one)
-
-
-@njit(inline="always")
-def _query1(mode, qp, qo, vp, vo, dim, op, oo, n, one):
-    if mode == CAPTION:
-        _c_query1(qp, qo, vp, vo, dim, op, oo, n, one)
-    elif mode == IMAGE:
-        _i_query1(qp, qo, vp, vo, dim, op, oo, n, one)
-    else:
-        _d_query1(qp, qo, vp, vo, dim, op, oo, n, one)
-
-
-@njit(inline="always")
-def _one(mode, qp, qo, vp, vo, dim, op, oo, n, one):
-    if mode == CAPTION:
-        _c_one(qp, qo, vp, vo, dim, op, oo, n, one)
-    elif mode == IMAGE:
-        _i_one(qp, qo, vp, vo, dim, op, oo, n, one)
-    else:
-        _d_one(qp, qo, vp, vo, dim, op, oo, n, one)
+def _shape_globals(query_block: int, row_block: int, fma_sub: bool = True) -> dict[str, object]:
+    """The names ``_scan_py`` reads for one block shape (numba freezes them at compile time)."""
+    return {
+        "QUERY_BLOCK": query_block,
+        "ROW_BLOCK": row_block,
+        "_full": _by_mode(query_block, row_block, fma_sub),
+        "_rows1": _by_mode(query_block, 1, fma_sub),
+        "_query1": _by_mode(1, row_block, fma_sub),
+        "_one": _by_mode(1, 1, fma_sub),
+    }
 
 
 def _scan_py(queries, items, out, start, stop, tile, mode, one):
@@ -203,7 +189,7 @@ def _scan_py(queries, items, out, start, stop, tile, mode, one):
     qp = float32_data(queries)
     vp = float32_data(items)
     op = float32_data(out)
-    if n_queries < QUERY_BLOCK:  # memory-bound: one row after another keeps the prefetchers streaming
+    if n_queries < FEW_QUERIES:  # memory-bound: one row after another keeps the prefetchers streaming
         for j in range(start, stop):
             for qi in range(n_queries):
                 _one(mode, qp, qi * dim, vp, j * dim, dim, op, qi * n + j, n, one)
@@ -229,6 +215,37 @@ def _scan_py(queries, items, out, start, stop, tile, mode, one):
             qi += QUERY_BLOCK if block else 1
 
 
+def vector_isa() -> str:
+    """The widest vector registers numba's LLVM target may use: ``avx512`` (16 floats), ``avx2`` (8) or
+    ``other``; follows ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` like numba does."""
+    features: str | None = getattr(config, "CPU_FEATURES", None)  # set at run time from the environment
+    if features is None:
+        features = llvm.get_host_cpu_features().flatten()
+    enabled = set(f[1:] for f in features.split(",") if f.startswith("+"))
+    return "avx512" if "avx512f" in enabled else "avx2" if "avx2" in enabled else "other"
+
+
+BLOCK_SHAPES = {"avx512": (4, 4, True), "avx2": (2, 2, False), "other": (4, 4, True)}
+"""Per vector width (``vector_isa``): queries x rows per register block, and whether ``a - b`` is computed
+as ``fma(a, 1, -b)``. Every pair has its own accumulator in the canonical order and both subtractions round
+alike, so these change only the speed, never a float (tested). AVX-512: 4 x 4 blocks of one zmm accumulator
+each fit 32 registers. AVX2: a 16-lane accumulator takes 2 of 16 ymm registers, so 4 x 4 spills; 2 x 2 and
+a plain subtraction measured +15% (order violation) and +19% (dot) in-cache on an AMD EPYC (Zen 4) compiled
+for AVX2 (``benchmarks/retrieval.py`` prints the variants' rates on the host it runs on)."""
+ISA = vector_isa()
+QUERY_BLOCK, ROW_BLOCK, FMA_SUB = BLOCK_SHAPES[ISA]
+_HOST = _shape_globals(QUERY_BLOCK, ROW_BLOCK, FMA_SUB)
+_full, _rows1, _query1, _one = _HOST["_full"], _HOST["_rows1"], _HOST["_query1"], _HOST["_one"]
+
+
+def build_scan(query_block: int, row_block: int, fma_sub: bool = True) -> Any:
+    """``_scan_py`` compiled (uncached) for another block shape, or with a plain ``a - b`` instead of the
+    fma trick: the variants the tests and the benchmark compare (same floats, other speed)."""
+    names = _shape_globals(query_block, row_block, fma_sub)
+    fn = FunctionType(_scan_py.__code__, {**_scan_py.__globals__, **names})
+    return njit(nogil=True)(fn)
+
+
 try:  # cache compiled code next to this file or in the user's cache; a read-only install just recompiles
     _scan = njit(nogil=True, cache=True)(_scan_py)
 except RuntimeError:  # numba finds no writable cache location
@@ -245,8 +262,8 @@ def scan(
 
 
 def tile_rows(dim: int) -> int:
-    """Gallery rows per tile: ~256 KiB, a multiple of ``ROW_BLOCK``."""
-    return max(ROW_BLOCK, ((1 << 16) // max(dim, 1)) // ROW_BLOCK * ROW_BLOCK)
+    """Gallery rows per tile: ~256 KiB, a multiple of 4 (every ``ROW_BLOCK``'s tail is scored row by row)."""
+    return max(4, ((1 << 16) // max(dim, 1)) // 4 * 4)
 
 
 def warm() -> None:
