@@ -465,9 +465,9 @@ def top_k(
     def scores(start: int) -> np.ndarray:
         block = items[start : start + rows]
         norms = None if item_norms is None else item_norms[start : start + rows]
-        return score_block(
-            q, block, metric, query_side=query_side, kernel=kernel, item_norms=norms
-        ).astype(np.float32, copy=False)
+        return score_block(q, block, metric, query_side=query_side, kernel=kernel, item_norms=norms).astype(
+            np.float32, copy=False
+        )
 
     starts = range(0, n_items, rows)
     ahead = _prefetch_pool().submit(scores, starts[0]) if len(starts) > 1 else None
