@@ -28,8 +28,15 @@ a 4 GiB array), and with ``--real N`` one of real vectors: N image embeddings of
 only trained order model in the repository) over its synthetic world's images, queried by caption
 embeddings (caption side), and N caption embeddings queried by image embeddings (image side).
 
+Cosine and negative cosine (``dot_metrics_section``): top-10 over a ``--dot-size`` x ``--dim`` gallery of
+signed rows with norms over 1e-2..1e2 (and zero rows), 1 query and a batch, against the same-run sum pass;
+``cosine`` is the service's path (each row's canonical norm computed once, as a gallery keeps them) and
+``cosine-before`` the former one (norms recomputed block by block on every search), checked identical first.
+``--dot-only`` prints just that table.
+
     python benchmarks/retrieval.py [--sizes 100000] [--full] [--real 200000] [--sides caption image]
         [--kernels numba pruned numpy torch-prev numpy-prev] [--pipes 2] [--variants]
+        [--dot-metrics cosine cosine-before negative_cosine] [--dot-size 100000] [--dot-only]
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's app, not an installed one
-from lnserve.app.runtime.retrieval import Side, get_kernel, top_k
+from lnserve.app.runtime.retrieval import Side, TopK, get_kernel, row_norms, top_k
 
 Gallery = tuple[str, np.ndarray, np.ndarray, Side]  # label, items, queries, query side
 
@@ -383,6 +390,83 @@ def run_gallery(
     return gallery, times, mem, list(active), visited
 
 
+# -- cosine and negative cosine (issue 33) -----------------------------------------------------------------
+DOT_METRICS = ("cosine", "cosine-before", "negative_cosine")
+
+
+def dot_gallery(n: int, dim: int, seed: int) -> np.ndarray:
+    """Signed normal rows whose norms spread over 1e-2..1e2 (skip-thoughts vectors are not unit), a few zero
+    rows among them; generated in slices like ``random_gallery``."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, dim), dtype=np.float32)
+    for s in range(0, n, 65536):
+        m = min(65536, n - s)
+        out[s : s + m] = rng.standard_normal((m, dim), dtype=np.float32)
+        out[s : s + m] *= (10.0 ** rng.uniform(-2, 2, (m, 1))).astype(np.float32)
+    out[:: max(1, n // 7)] = 0.0
+    return out
+
+
+def dot_search(metric: str, kernel: Any, norms: np.ndarray) -> Callable[[np.ndarray, np.ndarray], TopK]:
+    """One top-10 search of ``metric``: ``cosine`` with the norms computed once (as a gallery keeps them),
+    ``cosine-before`` the former path (norms recomputed block by block on every search)."""
+    if metric == "cosine":
+        return lambda q, g: top_k(q, g, 10, metric="cosine", kernel=kernel, item_norms=norms)
+    if metric == "cosine-before":
+        return lambda q, g: top_k(q, g, 10, metric="cosine", kernel=kernel)
+    return lambda q, g: top_k(q, g, 10, metric="negative_cosine", kernel=kernel)
+
+
+def dot_metrics_section(kernels: dict[str, Any], args: argparse.Namespace) -> None:
+    """Top-10 cosine and negative cosine over ``--dot-size`` x ``--dim`` galleries, 1 query and a batch,
+    interleaved with the same-run ``numpy.sum`` pass; first checks that the kept-norms path returns the
+    former path's ids and scores bit for bit."""
+    kernel = kernels.get("numba") or get_kernel()
+    n, dim, b = args.dot_size, args.dim, args.batch
+    items = dot_gallery(n, dim, seed=5)
+    queries = dot_gallery(b, dim, seed=6)[::-1].copy()  # the zero row last: only the batch has one
+    t0 = time.perf_counter()
+    norms = row_norms(items)
+    t_norms = time.perf_counter() - t0
+    for nq in (1, b):
+        new = dot_search("cosine", kernel, norms)(queries[:nq], items)
+        old = dot_search("cosine-before", kernel, norms)(queries[:nq], items)
+        same = all(
+            np.array_equal(a, c) and np.array_equal(x, y)
+            for a, c, x, y in zip(new.positions, old.positions, new.scores, old.scores, strict=True)
+        )
+        print(f"cosine with kept norms, {nq} queries x {n} items: identical to cosine-before: {same}")
+    jobs: dict[tuple[str, int], Callable[[], object]] = {("sum", 1): lambda: np.sum(items)}
+    for metric in args.dot_metrics:
+        search = dot_search(metric, kernel, norms)
+        for nq in (1, b):
+            jobs[(metric, nq)] = lambda q=queries[:nq], f=search: f(q, items)
+    times = measure(jobs, args.reps, args.wait_idle)
+    best = {key: min(w) for key, (w, _) in times.items()}
+    med = {key: statistics.median(w) for key, (w, _) in times.items()}
+    cpu_s = {key: min(c) for key, (_, c) in times.items()}
+    base = best[("sum", 1)]
+    print(f"\ntop-10 cosine / negative cosine, float32, kernel {kernel.name}, batch {b}; "
+          f"wall: best (median) of {args.reps}")  # fmt: skip
+    print(
+        f"{'metric':16} {'items':>8} {'dim':>4} {'sum pass':>8} {'1 query':>15} {'1q/sum':>6} "
+        f"{f'{b} queries':>17} {f'{b}q/1q':>6} {'cpu ratio':>9} {f'{b}q/sum':>7}"
+    )
+    for metric in args.dot_metrics:
+        one, many = best[(metric, 1)], best[(metric, b)]
+        print(
+            f"{metric:16} {n:>8} {dim:>4} {base * 1e3:6.1f}ms "
+            f"{one * 1e3:6.1f} ({med[(metric, 1)] * 1e3:5.0f})ms "
+            f"{one / base:5.2f}x {many * 1e3:7.1f} ({med[(metric, b)] * 1e3:6.0f})ms {many / one:5.2f}x "
+            f"{cpu_s[(metric, b)] / cpu_s[(metric, 1)]:8.2f}x {many / base:6.2f}x"
+        )
+    print(
+        f"norms computed once (row_norms, paid at a gallery's first cosine search per state): "
+        f"{t_norms * 1e3:.0f} ms = {t_norms / base:.1f} x the sum pass"
+    )
+    print(f"targets: cosine and negative_cosine 1q/sum <= 1.50x, {b}q/1q <= 6.00x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="*", default=[100_000])
@@ -401,6 +485,15 @@ def main() -> None:
     ap.add_argument(
         "--wait-idle", type=float, default=0.0, help="shared machine: wait up to this many s for idle cores"
     )
+    ap.add_argument(
+        "--dot-metrics",
+        nargs="*",
+        default=list(DOT_METRICS),
+        choices=DOT_METRICS,
+        help="cosine rows (cosine-before: the former per-search norms); none: skip them",
+    )
+    ap.add_argument("--dot-size", type=int, default=100_000, help="rows of the cosine gallery")
+    ap.add_argument("--dot-only", action="store_true", help="only the cosine / negative cosine table")
     args = ap.parse_args()
     sizes = list(args.sizes) + ([1_000_000] if args.full and 1_000_000 not in args.sizes else [])
     cpu = next(
@@ -418,6 +511,10 @@ def main() -> None:
         )
 
     kernels = build_kernels(args.kernels)
+    if args.dot_only:
+        dot_metrics_section(kernels, args)
+        print(f"load average after: {os.getloadavg()}")
+        return
     rows = []
     for n in sizes:
         items = random_gallery(n, args.dim)
@@ -503,6 +600,8 @@ def main() -> None:
             )
     print(f"targets: 1q/sum <= 2.00x, {b}q/1q <= 4.00x, numpy {b}q/numba <= 1.50x")
     print(f"issue 24 (pruned): 1q/sum < 1.00x, {b}q/1q <= 2.00x, ids and scores identical to the full scan")
+    if args.dot_metrics:
+        dot_metrics_section(kernels, args)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -134,13 +134,15 @@ class State:
 
 @dataclass
 class Snapshot:
-    """Per-gallery search state cached between queries: which rows are live, and the vector map."""
+    """Per-gallery search state cached between queries: which rows are live, the vector map, and for cosine
+    galleries each row's canonical norm (``row_norms``), computed once per row from the verified vectors."""
 
     key: tuple[str, int, tuple[int, int]]
     n_rows: int
     n_deleted: int
     valid: np.ndarray
     vectors: np.ndarray | None
+    norms: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

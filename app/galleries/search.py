@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.model_ref import ModelRef
-from ..runtime.retrieval import get_kernel, score_info, top_k
+from ..runtime.retrieval import get_kernel, row_norms, score_info, top_k
 from .checks import GalleryChecker
 from .errors import GalleryCorruptError, GalleryInputError
 from .layout import MAX_K, MAX_QUERIES, GalleryInfo, Snapshot
@@ -21,7 +21,8 @@ Hits = builtins.list[builtins.list[dict[str, Any]]]
 
 
 class GallerySearcher:
-    """Exact brute-force search; caches, per gallery, the live-row mask and the vector map between queries."""
+    """Exact brute-force search; caches, per gallery, the live-row mask, the vector map and (cosine) the
+    rows' norms between queries."""
 
     def __init__(self, repo: GalleryRepository, checker: GalleryChecker, scorer: str | None) -> None:
         self.repo = repo
@@ -58,6 +59,7 @@ class GallerySearcher:
                 query_side=side,
                 valid=snap.valid,
                 kernel=get_kernel(self.scorer) if info.metric == "order_violation" else None,
+                item_norms=snap.norms,
             )
             hits = self._resolve(name, found.positions, found.scores, with_rows=with_rows)
         return {"gallery": name, "score": score_info(info.metric), "results": hits}
@@ -90,7 +92,12 @@ class GallerySearcher:
 
     def _snapshot(self, name: str) -> tuple[GalleryInfo, Snapshot]:
         """The gallery's identity (opened and checked once per search) with the live-row mask and vector map
-        of verified rows, refreshed incrementally when rows were only appended."""
+        of verified rows, refreshed incrementally when rows were only appended.
+
+        A cosine gallery's snapshot also holds ``row_norms`` of its rows: rows are append-only while the
+        state key (uid, repairs, vectors file) stays, so the norms of rows seen before are kept (through
+        deletes too) and only new rows are normed, like ``GalleryChecker`` verifies only new rows. A norm is
+        a function of its row's bytes alone, so the scores equal a fresh computation bit for bit."""
         with self.repo.gallery_lock(name), self.repo.db(name) as db:
             db.execute("BEGIN")  # one consistent read of counters, checksums and items
             state = self.checker.open(name, db)
@@ -110,7 +117,15 @@ class GallerySearcher:
                 raise GalleryCorruptError(name, "an item points past the acknowledged rows")
             valid[pos] = True
             vectors = self.repo.map_vectors(name, n_rows, state.info.dim)
-            snap = Snapshot(key, n_rows, n_deleted, valid, vectors)
+            norms = None
+            if state.info.metric == "cosine" and vectors is not None:
+                kept = old.norms if old is not None and old.key == key and old.n_rows <= n_rows else None
+                done = 0 if kept is None else kept.shape[0]
+                norms = np.empty(n_rows, dtype=np.float32)
+                if kept is not None:
+                    norms[:done] = kept
+                norms[done:] = row_norms(vectors[done:])
+            snap = Snapshot(key, n_rows, n_deleted, valid, vectors, norms)
             self._snapshots[name] = snap
             return state.info, snap
 

@@ -435,3 +435,67 @@ def test_a_search_opens_and_checks_the_gallery_once(tmp_path: Path, monkeypatch:
         opens.clear()
         out = store.search("g", vecs[:2], 3, query_kind="captions", model=_toy_model())
         assert len(out["results"]) == 2 and opens == ["g"]
+
+
+def _cosine_reference(vectors: np.ndarray, live: np.ndarray, queries: np.ndarray, k: int) -> list[list]:
+    """A fresh computation: the former cosine formula over every row, deleted rows dropped, stable sort."""
+    from lnserve.app.runtime.retrieval import dot_scores, row_norms
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        qn = queries / row_norms(queries)[:, None]
+        scores = np.nan_to_num(dot_scores(qn, vectors) / row_norms(vectors)[None, :], nan=0.0)
+    scores[:, ~live] = -np.inf
+    out = []
+    for row in scores:
+        order = [int(i) for i in np.argsort(-row, kind="stable")[:k] if live[i]]
+        out.append([(str(i), float(row[i])) for i in order])
+    return out
+
+
+def test_cosine_search_with_kept_norms_equals_a_fresh_computation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Add, search, delete, add again, search: each row is normed once per process, and every answer
+    (ids and float32 scores) equals a fresh computation, in this process and in a freshly opened store."""
+    from lnserve.app.galleries import search as search_module
+    from lnserve.app.runtime.retrieval import row_norms
+
+    normed: list[int] = []
+
+    def counting(x: np.ndarray) -> np.ndarray:
+        normed.append(len(x))
+        return row_norms(x)
+
+    monkeypatch.setattr(search_module, "row_norms", counting)  # a spy: the real function answers
+    rng = np.random.default_rng(5)
+    dim, k = 40, 12
+    vecs = rng.standard_normal((90, dim)).astype(np.float32)
+    vecs *= (10.0 ** rng.integers(-3, 3, size=(90, 1))).astype(np.float32)
+    vecs[[4, 60]] = 0.0
+    vecs[20:26] = vecs[3]  # planted ties
+    vecs[70] = vecs[3] * np.float32(2.0)
+    queries = np.concatenate([vecs[3:4], rng.standard_normal((4, dim)).astype(np.float32)])
+    model = ModelRef(name="st", identity="b" * 64, family="skip-thoughts", method="cosine", dim=dim)
+    store = _store(tmp_path)
+    store.create("g", kind="captions", model=model)
+    live = np.zeros(90, dtype=bool)
+
+    def check(s: GalleryStore, n: int) -> None:
+        got = s.search("g", queries, k, query_kind="captions", model=model)
+        assert got["score"]["metric"] == "cosine"
+        have = [[(h["id"], h["score"]) for h in row] for row in got["results"]]
+        assert have == _cosine_reference(vecs[:n], live[:n], queries, k)
+
+    store.add_items("g", vecs[:50], ids=[str(i) for i in range(50)])
+    live[:50] = True
+    check(store, 50)
+    for i in (3, 21, 0):
+        store.delete_item("g", str(i))
+        live[i] = False
+    check(store, 50)
+    store.add_items("g", vecs[50:], ids=[str(i) for i in range(50, 90)])
+    live[50:] = True
+    check(store, 90)
+    check(store, 90)
+    assert sum(normed) == 90  # each row once: deletes and repeated searches norm nothing again
+    check(_store(tmp_path), 90)

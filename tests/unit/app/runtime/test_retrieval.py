@@ -9,7 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lnserve.app.runtime.retrieval import NumbaKernel, NumpyKernel, get_kernel, score_info, top_k
+from lnserve.app.runtime.retrieval import (
+    NumbaKernel,
+    NumpyKernel,
+    dot_scores,
+    get_kernel,
+    row_norms,
+    score_block,
+    score_info,
+    top_k,
+)
 from lnserve.app.runtime.scoring import error_matrix, order_violation
 from tests.conftest import OE_MODELS, golden
 
@@ -278,3 +287,59 @@ def test_kernels_match_golden_errors_exactly_ranked(name: str) -> None:
             want = np.argsort(row, kind="stable")[:10]
             assert np.array_equal(pos, want), kernel.name
             np.testing.assert_allclose(scores, row[want], atol=1e-5, rtol=0)
+
+
+def _cosine_before(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """The cosine formula before norms were computed once: ``nan_to_num(dot(q/|q|, items) / |items|)``."""
+    q = np.asarray(queries, dtype=np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        qn = q / row_norms(q)[:, None]
+        return np.nan_to_num(dot_scores(qn, items) / row_norms(items)[None, :], nan=0.0)
+
+
+def _cosine_data(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of very different magnitudes, zero rows, planted ties (copies, and power-of-two multiples whose
+    cosine is exactly the same), a zero query and a query equal to a planted row."""
+    rng = np.random.default_rng(11)
+    items = rng.standard_normal((700, dim)).astype(np.float32)
+    items *= (10.0 ** rng.integers(-6, 6, size=(700, 1))).astype(np.float32)
+    items[[0, 123, 699]] = 0.0
+    items[300:310] = items[7]
+    items[[400, 650]] = items[7] * np.float32(4.0)
+    queries = rng.standard_normal((33, dim)).astype(np.float32)
+    queries[2] = 0.0
+    queries[5] = items[7] * np.float32(3.0)
+    return items, queries
+
+
+@pytest.mark.parametrize("dim", [64, 70, 9])
+def test_cosine_with_norms_computed_once_is_bit_identical_to_the_former_formula(dim: int) -> None:
+    items, queries = _cosine_data(dim)
+    norms = row_norms(items)
+    want = _cosine_before(queries, items)
+    assert np.array_equal(row_norms(items[100:250]), norms[100:250])  # a norm depends on its row alone
+    for kernel in _kernels():
+        for nq in (1, 33):
+            got = score_block(queries[:nq], items, "cosine", kernel=kernel, item_norms=norms)
+            assert got.dtype == np.float32 and np.array_equal(got, want[:nq]), (kernel.name, nq)
+            assert np.array_equal(score_block(queries[:nq], items, "cosine", kernel=kernel), want[:nq])
+            fresh = top_k(queries[:nq], items, 25, metric="cosine", kernel=kernel, block_rows=97)
+            kept = top_k(
+                queries[:nq], items, 25, metric="cosine", kernel=kernel, block_rows=97, item_norms=norms
+            )
+            order = np.argsort(-want[:nq], axis=1, kind="stable")[:, :25]
+            for r in range(nq):
+                assert np.array_equal(kept.positions[r], order[r]), (kernel.name, r)
+                assert np.array_equal(kept.scores[r], want[r, order[r]])
+                assert np.array_equal(fresh.positions[r], kept.positions[r])
+                assert np.array_equal(fresh.scores[r], kept.scores[r])
+    assert not want[:, [0, 123, 699]].any() and not want[2].any()  # zero rows and the zero query score 0
+    assert np.array_equal(want[5, [300, 309, 400, 650]], np.full(4, want[5, 7]))  # the planted ties held
+
+
+def test_item_norms_are_refused_where_they_do_not_fit() -> None:
+    items, queries = _cosine_data(16)
+    with pytest.raises(ValueError):
+        top_k(queries, items, 3, metric="cosine", kernel=NUMPY, item_norms=row_norms(items[:-1]))
+    with pytest.raises(ValueError):
+        top_k(queries, items, 3, metric="negative_cosine", kernel=NUMPY, item_norms=row_norms(items))
