@@ -44,11 +44,14 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 log = logging.getLogger("lnserve.errors")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _CLOSE = {"Connection": "close"}
+# where a route finds its request's ``RequestTiming`` (``scope["state"]``, i.e. ``request.state``) to record
+# the times its model jobs brought back with their results
+REQUEST_TIMING = "timing"
 
 
 class _Sender:
     """The ``send`` the app gets: adds ``X-Request-ID`` and the timing headers (queue / model time, batch
-    size: set by the batcher while the request ran) and remembers the status and whether it started."""
+    size: recorded by the route from its results' times) and remembers the status and whether it started."""
 
     def __init__(self, send: Send, rid: str, timing: RequestTiming) -> None:
         self.send, self.rid, self.timing = send, rid, timing
@@ -112,10 +115,10 @@ class RequestContextMiddleware:
             return
         start = time.perf_counter()
         rid = _request_id(scope)
-        scope.setdefault("state", {})["request_id"] = rid
         timing = RequestTiming()
+        scope.setdefault("state", {}).update({"request_id": rid, REQUEST_TIMING: timing})
         bad_timeout = _read_timeout(scope, timing)
-        timing_token = current_timing.set(timing)  # the batcher adds each job's queue / model times
+        timing_token = current_timing.set(timing)  # its deadline goes in to the batcher; no times come back
         out = _Sender(send, rid, timing)
         counted = scope["path"] not in self.probes
         try:

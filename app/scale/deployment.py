@@ -29,7 +29,7 @@ from ..http.lifecycle import Lifecycle
 from ..http.main import create_app, model_registry
 from ..http.metrics import Metrics
 from ..log_setup import JsonFormatter
-from ..serving.registry import WARMUP_SENTENCE, ModelRegistry
+from ..serving.registry import ModelRegistry, warmup_ids
 from ..settings import Settings
 from .galleries import ShardedGalleries
 from .ingress import direct_ingress
@@ -67,7 +67,7 @@ async def probe_models(registry: ModelRegistry) -> None:
     for entry in registry.entries.values():
         if entry.state != "ready" or entry.batcher.depth:
             continue
-        seqs, _ = entry.prepare([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)
+        seqs = warmup_ids(entry)
         try:
             await entry.encode_ids(seqs, normalize=None)
         except Exception as exc:

@@ -44,7 +44,7 @@ from .errors import (
     QueueFullError,
     ShuttingDownError,
 )
-from .timing import JobTiming, record_job
+from .timing import JobTiming
 
 log = logging.getLogger("lnserve.batcher")
 
@@ -177,7 +177,6 @@ class MicroBatcher:
             self._withdraw(job)
             raise
         timing = JobTiming(job.started - job.enqueued, job.inference_s, job.batch_rows)
-        record_job(timing)
         return result, timing
 
     async def close(self) -> None:

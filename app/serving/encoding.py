@@ -60,13 +60,23 @@ class EncodedImages:
 
 
 @dataclass
+class CaptionsAndImages:
+    """Captions and image features encoded together (``encode_both``): either may be None (none given),
+    with the times of the jobs that ran."""
+
+    texts: np.ndarray | None
+    images: np.ndarray | None
+    timings: tuple[JobTiming, ...]
+
+
+@dataclass
 class Scores:
-    """The caption x image error matrix (lower is better), the method that made it and its metric."""
+    """The caption x image error matrix (lower is better), its metric and the two jobs' times."""
 
     errors: np.ndarray
     model: str
-    method: str
     metric: Metric
+    timings: tuple[JobTiming, ...]
 
 
 def check_dimensions(entry: ModelEntry, dimensions: int | None) -> None:
@@ -115,7 +125,8 @@ async def encode_token_states(
     appends it). A request carries at most ``max_sentences`` texts, and as many tokens in all (one row
     each: the answer is as large as the largest ``/embed``)."""
     entry = registry.get(model)
-    seqs, _ = await entry.prepare_async(
+    entry.check_count(len(texts))
+    seqs = await entry.token_ids_async(
         texts, pretokenized=False, eos=None, truncate=truncate, keep_end=keep_end
     )
     rows = sum(map(len, seqs))
@@ -161,10 +172,34 @@ async def score(
     TooManySentencesError.check(len(captions), entry.settings.max_sentences, "captions")
     TooManySentencesError.check(len(images), entry.settings.max_sentences, "images")
     admit()
-    seqs = await entry.token_ids_async(captions, pretokenized=pretokenized, eos=None, truncate=truncate)
-    (caps, _), (ims, _) = await asyncio.gather(
-        entry.encode_ids_timed(seqs, normalize=None), entry.encode_images_timed(images)
-    )
+    both = await encode_both(entry, captions, images, pretokenized=pretokenized, truncate=truncate)
+    assert both.texts is not None and both.images is not None  # ScoreRequest: at least one of each
     method = entry.manifest["options"]["method"]
-    errors = await asyncio.to_thread(error_matrix, caps, ims, method)
-    return Scores(errors, entry.name, method, metric_for(method, entry.manifest["family"]))
+    errors = await asyncio.to_thread(error_matrix, both.texts, both.images, method)
+    return Scores(errors, entry.name, metric_for(method, entry.manifest["family"]), both.timings)
+
+
+async def encode_both(
+    entry: ModelEntry, captions: list[str], images: list[list[float]], *, pretokenized: bool, truncate: bool
+) -> CaptionsAndImages:
+    """Captions and image features through the batcher at once, with the model's defaults (``/score``, and
+    galleries: items and queries). The caller has checked the counts. Either list may be empty (its
+    result is then None); if one job fails, the other is cancelled (withdrawn from the queue) before the
+    error propagates, as it is when the caller is cancelled."""
+    seqs = (
+        await entry.token_ids_async(captions, pretokenized=pretokenized, eos=None, truncate=truncate)
+        if captions
+        else []
+    )
+    jobs: list[asyncio.Task[tuple[np.ndarray, JobTiming]] | None] = [None, None]
+    try:
+        async with asyncio.TaskGroup() as group:
+            if captions:
+                jobs[0] = group.create_task(entry.encode_ids_timed(seqs, normalize=None))
+            if images:
+                jobs[1] = group.create_task(entry.encode_images_timed(images))
+    except BaseExceptionGroup as failed:  # the first job's own error, as if it had run alone
+        raise failed.exceptions[0] from None
+    done = [job.result() if job else None for job in jobs]
+    vectors = [d[0] if d else None for d in done]
+    return CaptionsAndImages(vectors[0], vectors[1], tuple(d[1] for d in done if d))

@@ -199,24 +199,6 @@ class ModelEntry:
     def check_count(self, n: int) -> None:
         TooManySentencesError.check(n, self.settings.max_sentences)
 
-    def prepare(
-        self,
-        sentences: Sequence[str],
-        *,
-        pretokenized: bool,
-        eos: bool | None,
-        truncate: bool,
-        keep_end: bool = False,
-    ) -> tuple[list[list[int]], bool]:
-        """``token_ids`` after the count check, and the eos actually used (synchronous: see
-        ``prepare_async``)."""
-        engine = self._engine()  # not ready: that error first
-        self.check_count(len(sentences))
-        seqs = self.token_ids(
-            sentences, pretokenized=pretokenized, eos=eos, truncate=truncate, keep_end=keep_end
-        )
-        return seqs, engine.eos_for(eos)
-
     def token_ids(
         self,
         sentences: Sequence[str],
@@ -226,8 +208,8 @@ class ModelEntry:
         truncate: bool,
         keep_end: bool = False,
     ) -> list[list[int]]:
-        """Token ids within ``max_tokens`` (the caller has checked the count). ``keep_end``: truncation
-        keeps a long sentence's last tokens (TEI's truncation_direction left)."""
+        """Token ids within ``max_tokens`` (the caller has checked the count: ``check_count``).
+        ``keep_end``: truncation keeps a long sentence's last tokens (TEI's truncation_direction left)."""
         engine = self._engine()
         use_eos = engine.eos_for(eos)
         seqs = engine.token_ids(sentences, pretokenized=pretokenized, eos=use_eos)
@@ -252,23 +234,6 @@ class ModelEntry:
             else:
                 seqs[i] = [*seq[: limit - 1], *seq[-1:]] if eos else seq[:limit]  # type: ignore[assignment]
         return seqs
-
-    async def prepare_async(
-        self,
-        sentences: list[str],
-        *,
-        pretokenized: bool,
-        eos: bool | None,
-        truncate: bool,
-        keep_end: bool = False,
-    ) -> tuple[list[list[int]], bool]:
-        """``prepare`` for a request: the count checked, then ``token_ids_async``."""
-        engine = self._engine()  # not ready: that error first
-        self.check_count(len(sentences))
-        seqs = await self.token_ids_async(
-            sentences, pretokenized=pretokenized, eos=eos, truncate=truncate, keep_end=keep_end
-        )
-        return seqs, engine.eos_for(eos)
 
     async def token_ids_async(
         self,
@@ -296,7 +261,7 @@ class ModelEntry:
     def tokenize(
         self, sentences: Sequence[str], *, pretokenized: bool, eos: bool | None, truncate: bool = False
     ) -> dict[str, Any]:
-        """``POST /tokenize``: each sentence's tokens and ids as ``prepare`` would look them up, within the
+        """``POST /tokenize``: each sentence's tokens and ids as ``token_ids`` would look them up, within the
         same limits (``max_sentences``, ``max_tokens``: refused, or cut with ``truncate``, exactly as
         ``/encode`` cuts it), unknown words marked. The answer grows with the tokens (each is echoed back):
         without the limits one body of a million tokens made a 40 MB answer."""
@@ -324,7 +289,7 @@ class ModelEntry:
         return self._engine().decode(seqs, skip_special=skip_special)
 
     def unk_counts(self, seqs: list[list[int]]) -> list[int]:
-        """Per sequence from ``prepare``: tokens that mapped to UNK."""
+        """Per sequence from ``token_ids``: tokens that mapped to UNK."""
         return self._engine().unk_counts(seqs)
 
     async def encode_ids(self, seqs: list[list[int]], *, normalize: bool | None) -> np.ndarray:
@@ -415,6 +380,12 @@ class _Beside:
 
     staged: bool = True
     gone: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def warmup_ids(entry: ModelEntry) -> list[list[int]]:
+    """The warm-up sentence's token ids (loading, Ray's health probe): one sentence, within every limit."""
+    entry.check_count(1)
+    return entry.token_ids([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)
 
 
 def _engine_runner(
@@ -598,8 +569,7 @@ class ModelRegistry:
         entry.ref = await asyncio.to_thread(ModelRef.from_artifact, engine.artifact)
         entry.batcher.start(_engine_runner(engine, s.max_batch_size, entry))
         entry.engine = engine
-        seqs, _ = entry.prepare([WARMUP_SENTENCE], pretokenized=False, eos=None, truncate=True)
-        await entry.encode_ids(seqs, normalize=None)
+        await entry.encode_ids(warmup_ids(entry), normalize=None)
         if not engine.family.text_only:
             # ones, not zeros: with a zero projection bias a zero row has no direction (a 422, not a warm-up)
             await entry.encode_images([[1.0] * entry.manifest["dims"]["dim_image"]])

@@ -1,9 +1,14 @@
 """Per-request model timings: what ``X-Queue-Time-Ms``, ``X-Inference-Time-Ms`` and ``X-Batch-Size`` report.
 
-The middleware opens a ``RequestTiming`` for each request (a context variable, so that it follows the
-request's task and the tasks it starts); the micro-batcher adds one entry per job it completes. A request
+Timings travel back WITH the results: the micro-batcher returns each job's ``JobTiming`` beside its result
+(``MicroBatcher.submit_timed``), ``serving.encoding`` puts them on what it returns, and the route records
+them into the ``RequestTiming`` the middleware opened for the request (``RequestTiming.record``). A request
 whose jobs are several (text and images, or more than one model call) reports the longest queue wait, the
 summed model time and the largest batch. A request that ran no model job reports nothing.
+
+Only the request's queue deadline (``X-Request-Timeout-Ms``) goes IN through a context variable
+(``current_timing``, read by ``deadlines.request_deadline_s``): it must reach the batcher under every flow
+that submits a job, and nothing comes back that way.
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ class RequestTiming:
         self.inference_s += inference_s
         self.batch_size = max(self.batch_size, batch_size)
 
+    def record(self, *jobs: JobTiming) -> None:
+        """Jobs this request ran, as their results brought their times back."""
+        for job in jobs:
+            self.add(queue_s=job.queue_s, inference_s=job.inference_s, batch_size=job.batch_size)
+
     def headers(self) -> list[tuple[bytes, bytes]]:
         """Response headers, or none when the request ran no model job."""
         if not self.jobs:
@@ -46,12 +56,5 @@ class RequestTiming:
         ]
 
 
+# the request's deadline, going in (see the module docstring); the middleware sets it for each request
 current_timing: ContextVar[RequestTiming | None] = ContextVar("lnserve_request_timing", default=None)
-
-
-def record_job(job: JobTiming) -> None:
-    """Add a completed job to the current request's timing (nothing outside a request): the response
-    headers cover every route that runs a model, whatever flow it runs through."""
-    timing = current_timing.get()
-    if timing is not None:
-        timing.add(queue_s=job.queue_s, inference_s=job.inference_s, batch_size=job.batch_size)

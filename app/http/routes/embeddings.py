@@ -41,7 +41,7 @@ async def embeddings(body: EmbeddingsRequest, request: Request, registry: Regist
         "model": done.model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
-    return await bound.send(answer)
+    return await bound.send(answer, done.timing)
 
 
 @router.get("/models", response_model=OpenAIModelList)

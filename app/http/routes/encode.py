@@ -36,7 +36,8 @@ async def encode(body: EncodeRequest, request: Request) -> Response:
     vectors = encode_vectors(done.vectors, body.encoding)
     return await bound.send(
         {"model": done.model, "dim": int(done.vectors.shape[1]), "encoding": body.encoding,
-         "vectors": vectors, "token_counts": done.token_counts, "unk_counts": done.unk_counts}
+         "vectors": vectors, "token_counts": done.token_counts, "unk_counts": done.unk_counts},
+        done.timing,
     )  # fmt: skip
 
 
@@ -52,4 +53,4 @@ async def encode_images(body: EncodeImagesRequest, request: Request, registry: R
         "encoding": body.encoding,
         "vectors": encode_vectors(done.vectors, body.encoding),
     }
-    return await bound.send(answer)
+    return await bound.send(answer, done.timing)

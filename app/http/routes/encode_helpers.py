@@ -1,6 +1,7 @@
 """What every encoding route shares (``/encode``, ``/v1/embeddings``, the TEI routes, ``/score``): the
-texts of an OpenAI or TEI ``input``, and an answer of vectors bounded by ``max_answer_bytes``. The encoding
-itself is one call into ``serving.encoding``."""
+texts of an OpenAI or TEI ``input``, an answer of vectors bounded by ``max_answer_bytes``, and the model
+jobs' times recorded for the timing headers and metrics. The encoding itself is one call into
+``serving.encoding``, whose result carries the times."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from fastapi import Request
 from starlette.responses import Response
 
 from ...runtime.errors import EncodeInputError
+from ...serving.timing import JobTiming, RequestTiming
 from ..answers import check_answer_bytes, json_answer, limit_of, small, vectors_bytes
 from ..errors import TokenIdsUnsupportedError
+from ..middleware import REQUEST_TIMING
 
 
 class AnswerBound:
@@ -21,6 +24,7 @@ class AnswerBound:
 
     def __init__(self, request: Request, encoding: str = "float", *, per_row: int = 0, what: str = "vectors"):
         self.limit, self.encoding, self.per_row, self.what = limit_of(request), encoding, per_row, what
+        self.request = request
         self.size = 0
 
     def admit(self, rows: int, dim: int) -> None:
@@ -32,8 +36,17 @@ class AnswerBound:
         self.size = size
         check_answer_bytes(size, self.limit, what)
 
-    async def send(self, answer: Any) -> Response:
+    async def send(self, answer: Any, *timings: JobTiming) -> Response:
+        record_timings(self.request, *timings)
         return await json_answer(answer, limit=self.limit, inline=small(self.size))
+
+
+def record_timings(request: Request, *timings: JobTiming) -> None:
+    """The model jobs a request ran, as their results brought them back: into the ``RequestTiming`` the
+    middleware opened (``X-Queue-Time-Ms``, ``X-Inference-Time-Ms``, ``X-Batch-Size`` and the metrics)."""
+    timing: RequestTiming | None = request.scope.get("state", {}).get(REQUEST_TIMING)
+    if timing is not None:
+        timing.record(*timings)
 
 
 def text_inputs(inputs: str | list[str] | list[int] | list[list[int]]) -> list[str]:

@@ -1,14 +1,14 @@
 """What the gallery and retrieval routes share: the served model that embeds a gallery's items or queries
 (``served_model``: ``serving.galleries.model_for``, encoding through the model's batcher).
 
-Encoding goes through each model's micro-batcher (``ModelEntry.encode_ids`` / ``encode_images``), exactly
-as ``/encode`` does, so gallery traffic shares batches with encode traffic and never runs a model on the
-event loop. Store calls (SQLite, fsync, scans) are the callers' job to run in a thread.
+Encoding goes through each model's micro-batcher (``serving.encoding.encode_both``), exactly as ``/encode``
+does, so gallery traffic shares batches with encode traffic and never runs a model on the event loop; the
+jobs' times go into the request's timing headers (``record_timings``). Store calls (SQLite, fsync, scans)
+run in a thread in ``serving.galleries`` (``in_thread``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,40 +18,15 @@ from fastapi import Request
 
 from ...galleries.layout import GalleryInfo
 from ...runtime.model_ref import ModelRef
+from ...serving.encoding import encode_both
 from ...serving.galleries import ModelChooser, NewItem, model_for
 from ...serving.registry import ModelEntry, ModelRegistry
 from ...serving.retrieval import Query
 from ..deps import cancel_on_disconnect
 from ..schemas.retrieval import ImageQuery, ItemIn, RetrieveRequest, TextQuery
+from .encode_helpers import record_timings
 
 log = logging.getLogger("lnserve.galleries")
-
-
-async def encode_inputs(
-    request: Request,
-    entry: ModelEntry,
-    *,
-    texts: list[str],
-    images: list[list[float]],
-    pretokenized: bool,
-    truncate: bool,
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Captions and image features through the batcher with the model's defaults (as galleries are built);
-    cancelled if the client goes away. Either list may be empty (its result is then None)."""
-    seqs = (
-        (await entry.prepare_async(texts, pretokenized=pretokenized, eos=None, truncate=truncate))[0]
-        if texts
-        else []
-    )
-
-    async def both() -> tuple[np.ndarray | None, np.ndarray | None]:
-        text_job = entry.encode_ids(seqs, normalize=None) if texts else None
-        image_job = entry.encode_images(images) if images else None
-        jobs = [j for j in (text_job, image_job) if j is not None]
-        done = iter(await asyncio.gather(*jobs))
-        return (next(done) if text_job else None), (next(done) if image_job else None)
-
-    return await cancel_on_disconnect(request, both())
 
 
 @dataclass(frozen=True)
@@ -74,10 +49,12 @@ class RequestModel:
     async def encode(
         self, texts: list[str], images: list[Any]
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        return await encode_inputs(
-            self.request, self.entry, texts=texts, images=images, pretokenized=self.pretokenized,
-            truncate=self.truncate,
-        )  # fmt: skip
+        """Captions and image features with the model's defaults (the counts are checked by serving);
+        either list may be empty (its result is then None). Cancelled if the client goes away."""
+        work = encode_both(self.entry, texts, images, pretokenized=self.pretokenized, truncate=self.truncate)
+        done = await cancel_on_disconnect(self.request, work)
+        record_timings(self.request, *done.timings)
+        return done.texts, done.images
 
 
 class EncodeOptions(Protocol):

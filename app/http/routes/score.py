@@ -31,4 +31,4 @@ async def score(body: ScoreRequest, request: Request, registry: RegistryDep) -> 
     )  # fmt: skip
     done = await cancel_on_disconnect(request, work)
     info = score_info(done.metric)
-    return await bound.send({"model": done.model, "score": info, "scores": done.errors})
+    return await bound.send({"model": done.model, "score": info, "scores": done.errors}, *done.timings)

@@ -38,7 +38,7 @@ from ..schemas.tei import (
     TEIToken,
     TEITokenizeRequest,
 )
-from .encode_helpers import AnswerBound, text_inputs
+from .encode_helpers import AnswerBound, record_timings, text_inputs
 
 # TEI answers 413 (its "validation" errors) where a request is over a limit; lnserve's table says 422
 _OVER_LIMIT = (TooManySentencesError, SentenceTooLongError)
@@ -82,7 +82,7 @@ async def _embed(
         normalize=body.normalize, dimensions=body.dimensions, admit=bound.admit,
     )  # fmt: skip
     done = await cancel_on_disconnect(request, work)
-    return await bound.send(np.ascontiguousarray(done.vectors, dtype=np.float32))
+    return await bound.send(np.ascontiguousarray(done.vectors, dtype=np.float32), done.timing)
 
 
 async def _similarity(
@@ -98,8 +98,9 @@ async def _similarity(
         registry, None, texts, truncate=bool(body.truncate), keep_end=body.truncation_direction == "left",
         normalize=True,
     )  # fmt: skip
-    vectors = (await cancel_on_disconnect(request, work)).vectors
-    scores = (vectors[1:] @ vectors[0]).astype(np.float32)  # one number per sentence: small
+    done = await cancel_on_disconnect(request, work)
+    record_timings(request, done.timing)
+    scores = (done.vectors[1:] @ done.vectors[0]).astype(np.float32)  # one number per sentence: small
     return await json_answer(scores, limit=limit_of(request), inline=True)
 
 
@@ -197,4 +198,4 @@ async def embed_all(body: TEIEmbedAllRequest, request: Request, registry: Regist
         admit=bound.admit,
     )  # fmt: skip
     done = await cancel_on_disconnect(request, work)
-    return await bound.send([np.ascontiguousarray(s, dtype=np.float32) for s in done.states])
+    return await bound.send([np.ascontiguousarray(s, dtype=np.float32) for s in done.states], done.timing)

@@ -105,7 +105,7 @@ def _sha(registry: ModelRegistry) -> str:
 
 async def _vector(registry: ModelRegistry) -> np.ndarray:
     entry = registry.entries[NAME]  # not ``get``: this task (the whole test) would hold the version
-    seqs, _ = entry.prepare(["a dog on a table"], pretokenized=False, eos=None, truncate=True)
+    seqs = entry.token_ids(["a dog on a table"], pretokenized=False, eos=None, truncate=True)
     return await entry.encode_ids(seqs, normalize=None)
 
 

@@ -28,7 +28,7 @@ def test_an_old_version_goes_with_its_last_request_and_a_reload_waits_for_it() -
             """A request that looked the model up before the reload and encodes after it."""
             entry = registry.get(name)
             await go_on.wait()
-            seqs, _ = entry.prepare([SENTENCE], pretokenized=False, eos=None, truncate=True)
+            seqs = entry.token_ids([SENTENCE], pretokenized=False, eos=None, truncate=True)
             return await entry.encode_ids(seqs, normalize=None)
 
         held = asyncio.create_task(request())
