@@ -213,3 +213,23 @@ def test_the_model_identity_is_checked_and_adopted_on_every_shard(tmp_path: Path
     assert [_part(tmp_path, i).get("old").count for i in range(SHARDS)] == [3, 2]
     assert [_part(tmp_path, i).get("old").model_identity for i in range(SHARDS)] == [legacy.identity] * 2
     assert store.get("old").model_identity == legacy.identity  # what GET /galleries/old shows
+
+
+def test_an_add_returns_the_live_items_at_its_commit_as_one_store_does(tmp_path: Path) -> None:
+    """``add``'s count is the gallery's at the add's own commit (``GalleryStore.add``), never one read after
+    it that includes other writers' items: concurrent adds of one item each report 1..N, each once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = _start(tmp_path)
+    store.create("g", kind="images", model=MODEL)
+    writers, adds = 8, 10
+
+    def write(w: int) -> list[int]:
+        return [
+            store.add("g", _vecs(1, 10 * w + a), ids=[f"{w}-{a}"], model=MODEL).count for a in range(adds)
+        ]
+
+    with ThreadPoolExecutor(writers) as pool:
+        counts = [c for mine in pool.map(write, range(writers)) for c in mine]
+    assert sorted(counts) == list(range(1, writers * adds + 1)), counts
+    assert store.get("g").count == writers * adds
