@@ -76,5 +76,5 @@ def install_demo_gallery(store: GalleryStoreAPI, *, engine: Any = None) -> Galle
     if engine is None:  # only now: an up-to-date gallery (every start but the first) needs no engine
         engine = Engine(artifact, open_backend(artifact, DEFAULT_BACKEND))
     store.create(DEMO_GALLERY, kind="images", model=ref)
-    store.add_items(DEMO_GALLERY, engine.encode_images(feats), ids=ids, payloads=payloads)
+    store.add(DEMO_GALLERY, engine.encode_images(feats), ids=ids, payloads=payloads)
     return store.get(DEMO_GALLERY)

@@ -49,17 +49,6 @@ class GalleryStoreAPI(Protocol):
     def remove(self, name: str) -> None: ...
 
     # -- items --------------------------------------------------------------------------------------------
-    def add_items(
-        self,
-        name: str,
-        vectors: np.ndarray,
-        *,
-        ids: Sequence[str] | None = None,
-        payloads: Sequence[Any] | None = None,
-        kind: str | None = None,
-        model: ModelRef | None = None,
-    ) -> builtins.list[str]: ...
-
     def add(
         self,
         name: str,

@@ -37,7 +37,6 @@ from .errors import DuplicateItemError, GalleryCorruptError, GalleryNotFoundErro
 from .layout import DB, LOCK, VECTORS, GalleryInfo, State
 from .rules import GALLERY_NAME_RULE, NAME_RE, NewItems, check_gallery_name, load_payload
 from .sqlite_faults import (
-    SQL_VARS,
     counters,
     creation_alive,
     db_faults,
@@ -46,6 +45,7 @@ from .sqlite_faults import (
     init_db,
     looks_like_gallery,
     meta_values,
+    rows_in,
     short_reason,
 )
 
@@ -403,13 +403,10 @@ class GalleryRepository:
         """row -> (id, payload) of the live items at ``rows`` (one deleted meanwhile is absent)."""
         found: dict[int, tuple[str, Any]] = {}
         with self.db(name) as db:
-            for i in range(0, len(rows), SQL_VARS):
-                part = rows[i : i + SQL_VARS]
-                marks = ",".join("?" * len(part))
-                for pos, item_id, payload in db.execute(
-                    f"SELECT pos, id, payload FROM items WHERE pos IN ({marks})", part
-                ):
-                    found[pos] = (item_id, load_payload(name, payload))
+            for pos, item_id, payload in rows_in(
+                db, "SELECT pos, id, payload FROM items WHERE pos IN ({})", rows
+            ):
+                found[pos] = (item_id, load_payload(name, payload))
         return found
 
     def map_vectors(self, name: str, n_rows: int, dim: int) -> np.ndarray | None:

@@ -155,9 +155,9 @@ def check_item_id(item_id: Any) -> str:
 
 
 class ItemIds(tuple[str, ...]):
-    """Ids that passed ``check_item_id`` (or were made by ``new_item_id``): ``item_ids`` and ``ids_or_new``
-    make them, and whoever is handed them does not check them again (the HTTP add checks them before
-    encoding; the store then does not check them twice)."""
+    """Ids that passed ``check_item_id`` (or were made by ``new_item_id``): ``item_ids`` makes them, and
+    whoever is handed them does not check them again (the HTTP add checks them before encoding; the store
+    then does not check them twice)."""
 
     __slots__ = ()
 
@@ -169,11 +169,6 @@ def item_ids(given: ItemIds | Sequence[Any] | None, n: int) -> ItemIds:
     if given is None:
         return ItemIds(tuple(new_item_id() for _ in range(n)))
     return ItemIds(tuple(check_item_id(i) for i in given))
-
-
-def ids_or_new(given: Sequence[Any | None]) -> ItemIds:
-    """One id per item of a request: its own, checked, or a new one where it has none."""
-    return ItemIds(tuple(new_item_id() if i is None else check_item_id(i) for i in given))
 
 
 @dataclass(frozen=True)
@@ -200,9 +195,23 @@ def new_items(n: int, ids: ItemIds | Sequence[Any] | None, payloads: Sequence[An
     return NewItems(checked, payload_json)
 
 
+def check_item_kinds(info: GalleryInfo, items: Sequence[Any]) -> None:
+    """The one statement of what a new item must carry for its gallery: a caption (``text``) for a
+    captions gallery, image features (``image``) for an images gallery.
+
+    Raises:
+        GalleryMismatchError: the first item without it.
+    """
+    wanted = "text" if info.kind == "captions" else "image"
+    wrong = next((i for i, it in enumerate(items) if getattr(it, wanted) is None), None)
+    if wrong is not None:
+        raise GalleryMismatchError(f"gallery {info.name!r} holds {info.kind}: item {wrong} has no {wanted!r}")
+
+
 def check_image_query(info: GalleryInfo) -> None:
     """The one statement of the rule that an image query needs a captions gallery (image->image is not an
-    order-embedding score); the retrieve route applies it before encoding, the store before scanning.
+    order-embedding score). ``serving.retrieval.retrieve`` applies it before encoding; the store's
+    ``query_side`` before scanning, for every caller of ``search``.
 
     Raises:
         GalleryMismatchError: the gallery holds images.

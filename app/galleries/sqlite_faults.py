@@ -185,23 +185,21 @@ def creation_alive(path: Path) -> bool:
         os.close(fd)
 
 
+def rows_in(db: sqlite3.Connection, sql: str, keys: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``sql`` (one ``IN ({})`` placeholder) for every key, queried ``SQL_VARS`` keys at a
+    time: the one loop that keeps an ``IN (...)`` list under SQLite's variable limit."""
+    for i in range(0, len(keys), SQL_VARS):
+        part = list(keys[i : i + SQL_VARS])
+        yield from db.execute(sql.format(",".join("?" * len(part))), part)
+
+
 def existing_ids(db: sqlite3.Connection, ids: Sequence[str]) -> builtins.list[str]:
-    taken: builtins.list[str] = []
-    for i in range(0, len(ids), SQL_VARS):
-        part = list(ids[i : i + SQL_VARS])
-        marks = ",".join("?" * len(part))
-        taken += [r[0] for r in db.execute(f"SELECT id FROM items WHERE id IN ({marks})", part)]
-    return taken
+    return [r[0] for r in rows_in(db, "SELECT id FROM items WHERE id IN ({})", ids)]
 
 
 def item_positions(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
     """The vector row of each live item among ``ids`` (absent ones are left out)."""
-    rows: dict[str, int] = {}
-    for i in range(0, len(ids), SQL_VARS):
-        part = list(ids[i : i + SQL_VARS])
-        marks = ",".join("?" * len(part))
-        rows.update(db.execute(f"SELECT id, pos FROM items WHERE id IN ({marks})", part).fetchall())
-    return rows
+    return {r[0]: r[1] for r in rows_in(db, "SELECT id, pos FROM items WHERE id IN ({})", ids)}
 
 
 def fsync_dir(path: Path) -> None:

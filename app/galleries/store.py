@@ -190,30 +190,6 @@ class GalleryStore:
         return self.repo.clean_leftovers()
 
     # -- items --------------------------------------------------------------------------------------------
-    def add_items(
-        self,
-        name: str,
-        vectors: np.ndarray,
-        *,
-        ids: Sequence[str] | None = None,
-        payloads: Sequence[Any] | None = None,
-        kind: str | None = None,
-        model: ModelRef | None = None,
-    ) -> builtins.list[str]:
-        """Append embedded items durably; returns their ids once acknowledged (committed). ``add`` with
-        the ids only.
-
-        Args:
-            vectors: (n, dim) embeddings from the gallery's model (encode text / features first).
-            ids: unique string ids (default: random hex). payloads: JSON-serialisable values or None.
-            kind, model: when given, checked against the gallery (GalleryMismatchError).
-
-        Raises:
-            GalleryInputError (shape, non-finite values, bad ids/payloads), DuplicateItemError,
-            GalleryNotFoundError, GalleryMismatchError, GalleryCorruptError (nothing is written).
-        """
-        return self.add(name, vectors, ids=ids, payloads=payloads, kind=kind, model=model).ids
-
     @out_of_space_reported
     @removal_reported
     def add(
@@ -226,9 +202,19 @@ class GalleryStore:
         kind: str | None = None,
         model: ModelRef | None = None,
     ) -> AddedItems:
-        """``add_items``, with the gallery's live count once they are acknowledged: the gallery is opened
-        once, under the writers' lock, and each rule checked once (ids given as ``rules.ItemIds`` were
-        checked already)."""
+        """Append embedded items durably: their ids and the gallery's live count once they are acknowledged
+        (committed). The gallery is opened once, under the writers' lock, and each rule checked once (ids
+        given as ``rules.ItemIds`` were checked already).
+
+        Args:
+            vectors: (n, dim) embeddings from the gallery's model (encode text / features first).
+            ids: unique string ids (default: random hex). payloads: JSON-serialisable values or None.
+            kind, model: when given, checked against the gallery (GalleryMismatchError).
+
+        Raises:
+            GalleryInputError (shape, non-finite values, bad ids/payloads), DuplicateItemError,
+            GalleryNotFoundError, GalleryMismatchError, GalleryCorruptError (nothing is written).
+        """
         with self.repo.write_lock(name), self.repo.db(name) as db:
             state = self.checker.open(name, db)  # verified, under the writers' lock: n_rows cannot move
             info = state.info

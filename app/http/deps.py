@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..galleries.store import GalleryStore
+from ..galleries.protocol import GalleryStoreAPI
 from ..serving.registry import ModelEntry, ModelRegistry
 from ..settings import Settings
 from .disconnects import cancel_on_disconnect
@@ -45,9 +45,9 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-# typed as the one-process store the routes' calls are written against; a Ray replica's ``ShardedGalleries``
-# provides the same (``galleries.protocol.GalleryStoreAPI``, what ``create_app`` takes)
-async def get_galleries(request: Request) -> GalleryStore:
+# typed as the interface both engines implement (``GalleryStore`` in one process, ``ShardedGalleries`` in a
+# Ray replica; what ``create_app`` takes): routes may call only what it declares
+async def get_galleries(request: Request) -> GalleryStoreAPI:
     return request.app.state.galleries
 
 
@@ -64,7 +64,7 @@ async def get_render_metrics(request: Request) -> RenderMetrics:
 
 
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
-GalleriesDep = Annotated[GalleryStore, Depends(get_galleries)]
+GalleriesDep = Annotated[GalleryStoreAPI, Depends(get_galleries)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ReloadDep = Annotated[ReloadModel, Depends(get_reload)]
 EngineDep = Annotated[DescribeEngine, Depends(get_engine_info)]

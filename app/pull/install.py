@@ -116,7 +116,8 @@ def _check_overrides(entry: CatalogEntry, sha256: Mapping[str, str]) -> None:
 def _check_user_files(entry: CatalogEntry, options: PullOptions) -> None:
     """Before any download: a set that needs an unpublished file says so; options it cannot use are errors."""
     given = {"dictionary": options.dictionary, "word2vec": options.word2vec}
-    takes = set(entry.user_files) | ({"word2vec"} if entry.converter == "skip-thoughts-training" else set())
+    converter = CONVERTERS.get(entry.converter)  # an unknown one is refused by _convert
+    takes = set(entry.user_files) | (converter.options if converter is not None else set())
     stray = sorted(k for k, v in given.items() if v is not None and k not in takes)
     if stray:
         raise PullError(f"--{stray[0]} does not apply to {entry.name} (only to sets in the training format)")
@@ -280,19 +281,29 @@ def _skip_thoughts_training(
     )
 
 
-# converter name (``CatalogEntry.converter``; each family lists its own in ``Family.converters``) -> its run
-CONVERTERS: dict[str, Callable[[CatalogEntry, Path, Path, str, PullOptions], dict[str, Any]]] = {
-    "order-embedding": _order_embedding,
-    "skip-thoughts": _skip_thoughts,
-    "skip-thoughts-training": _skip_thoughts_training,
+@dataclass(frozen=True)
+class Converter:
+    """How ``pull`` runs one converter: the run, and the user options it takes beyond the set's own
+    ``user_files``."""
+
+    run: Callable[[CatalogEntry, Path, Path, str, PullOptions], dict[str, Any]]
+    options: frozenset[str] = frozenset()
+
+
+# converter name (``CatalogEntry.converter``; each family lists its own in ``Family.converters``, and
+# ``tests/unit/converters/test_families.py`` holds the two lists equal) -> how to run it
+CONVERTERS: dict[str, Converter] = {
+    "order-embedding": Converter(_order_embedding),
+    "skip-thoughts": Converter(_skip_thoughts),
+    "skip-thoughts-training": Converter(_skip_thoughts_training, frozenset({"word2vec"})),
 }
 
 
 def _convert(entry: CatalogEntry, work: Path, out: Path, name: str, options: PullOptions) -> dict[str, Any]:
-    run = CONVERTERS.get(entry.converter)
-    if run is None:
+    converter = CONVERTERS.get(entry.converter)
+    if converter is None:
         raise AssertionError(f"catalog entry {entry.name} names an unknown converter {entry.converter!r}")
-    return run(entry, work, out, name, options)
+    return converter.run(entry, work, out, name, options)
 
 
 def _record_pull(

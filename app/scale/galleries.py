@@ -17,7 +17,6 @@ Errors are the store's own (raised by the shards); the engine adds one, ``ShardU
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ from ..runtime.model_ref import ModelRef
 from .errors import ShardUnavailableError
 from .merge import merge_results
 from .shard_store import shard_label
-from .shards import GALLERIES_APP, raise_first, shard_name
+from .shards import GALLERIES_APP, raise_first, require_every_part, shard_name
 
 if TYPE_CHECKING:
     from ..galleries.protocol import GalleryStoreAPI
@@ -44,16 +43,6 @@ def _result(response: Any) -> tuple[str, Any]:
         return response.result(timeout_s=CALL_TIMEOUT_S)
     except Exception as exc:
         raise ShardUnavailableError(f"a gallery shard is unavailable, retry ({type(exc).__name__})") from None
-
-
-def _require_every_part(values: Sequence[Any], name: str) -> None:
-    """Once shard 0 has a gallery, every shard has its part (creates commit on shard 0 last, removes on it
-    first), so a part missing elsewhere is lost storage (a shard restarted where its directory is not):
-    503, never a partial answer."""
-    for i, v in enumerate(values):
-        if isinstance(v, GalleryNotFoundError):
-            where = shard_label(i, len(values))
-            raise ShardUnavailableError(f"gallery {name!r} has no part on {where} (storage missing); retry")
 
 
 class ShardedGalleries:
@@ -138,7 +127,7 @@ class ShardedGalleries:
         """Shard 0's identity of the gallery, with the live items of every shard."""
         values = self._everywhere("get", name)
         raise_first(values, tolerate=(GalleryNotFoundError,))
-        _require_every_part(values, name)
+        require_every_part(values, name)
         count = sum(v.count for v in values if isinstance(v, GalleryInfo))
         return dataclasses.replace(values[0], count=count)
 
@@ -152,22 +141,6 @@ class ShardedGalleries:
         self._coordinate("remove", name)
 
     # -- items --------------------------------------------------------------------------------------
-    def add_items(
-        self,
-        name: str,
-        vectors: np.ndarray,
-        *,
-        ids: Sequence[str] | None = None,
-        payloads: Sequence[Any] | None = None,
-        kind: str | None = None,
-        model: ModelRef | None = None,
-    ) -> builtins.list[str]:  # `list` is the method from here on
-        """All or none on one shard, durable before it returns (as ``GalleryStore.add_items``)."""
-        return self._coordinate(
-            "add_items", name, np.asarray(vectors), ids=None if ids is None else list(ids),
-            payloads=None if payloads is None else list(payloads), kind=kind, model=model,
-        )  # fmt: skip
-
     def add(
         self,
         name: str,
@@ -178,9 +151,12 @@ class ShardedGalleries:
         kind: str | None = None,
         model: ModelRef | None = None,
     ) -> AddedItems:
-        """``add_items`` with the gallery's live items after it (as ``GalleryStore.add``)."""
-        added = self.add_items(name, vectors, ids=ids, payloads=payloads, kind=kind, model=model)
-        return AddedItems(added, self.get(name).count)
+        """All or none on one shard, durable before it returns, with the gallery's live items at its commit
+        (as ``GalleryStore.add``): the coordinator sums the shards' counts under the gallery's write lock."""
+        return self._coordinate(
+            "add", name, np.asarray(vectors), ids=None if ids is None else list(ids),
+            payloads=None if payloads is None else list(payloads), kind=kind, model=model,
+        )  # fmt: skip
 
     def delete_item(self, name: str, item_id: str) -> None:
         self._coordinate("delete_item", name, item_id)
@@ -202,7 +178,7 @@ class ShardedGalleries:
             "search_placed", name, np.asarray(queries), k, query_kind=query_kind, model=model
         )
         raise_first(values, tolerate=(GalleryNotFoundError,))
-        _require_every_part(values, name)
+        require_every_part(values, name)
         k = min(int(k), MAX_K)
         direction = values[0]["score"]["direction"]
         parts = [v["results"] for v in values if not isinstance(v, BaseException)]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..galleries.layout import GalleryEntry, GalleryInfo
+from ..galleries.layout import AddedItems, GalleryEntry, GalleryInfo
 from ..galleries.rules import check_gallery_name
 from ..galleries.store import GalleryStore
 from ..runtime.model_ref import ModelRef
@@ -114,11 +114,12 @@ class ShardStore:
         model: ModelRef | None,
         global_start: int,
         kind: str | None = None,
-    ) -> builtins.list[str]:
-        """``add_items`` for a batch whose first item has global position ``global_start``.
+    ) -> AddedItems:
+        """``add`` for a batch whose first item has global position ``global_start``: the ids, and this
+        shard's live items at the commit.
 
         Only the coordinator writes, one batch of a gallery at a time, so the local start read here is the
-        one ``add_items`` appends at.
+        one ``add`` appends at.
         """
         local_start = self.rows(name)
         with self._placement(name) as db:
@@ -126,7 +127,7 @@ class ShardStore:
                 "INSERT OR REPLACE INTO batches (local_start, global_start) VALUES (?, ?)",
                 (local_start, int(global_start)),
             )
-        return self.galleries.add_items(name, vectors, ids=ids, payloads=payloads, kind=kind, model=model)
+        return self.galleries.add(name, vectors, ids=ids, payloads=payloads, kind=kind, model=model)
 
     def search_placed(
         self, name: str, queries: np.ndarray, k: int, *, query_kind: str, model: ModelRef | None

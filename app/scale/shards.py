@@ -30,8 +30,9 @@ from ..galleries.errors import (
     GalleryNotFoundError,
     ItemNotFoundError,
 )
-from ..galleries.layout import CorruptGallery, GalleryEntry, GalleryInfo
+from ..galleries.layout import AddedItems, CorruptGallery, GalleryEntry, GalleryInfo
 from ..serving.galleries import warm_scorer
+from .errors import ShardUnavailableError
 from .shard_store import ShardStore, shard_label, shard_root
 
 log = logging.getLogger("lnserve.scale.shards")
@@ -43,7 +44,17 @@ SHARD_METHODS = frozenset(
     {"get", "list", "get_item", "search_placed", "rows", "prepare", "add_placed", "create", "remove",
      "delete_item", "global_positions", "clean_leftovers", "verify_all"}
 )  # fmt: skip
-COORDINATOR_METHODS = frozenset({"create", "remove", "add_items", "delete_item"})
+COORDINATOR_METHODS = frozenset({"create", "remove", "add", "delete_item"})
+
+
+def require_every_part(values: Sequence[Any], name: str) -> None:
+    """Once shard 0 has a gallery, every shard has its part (creates commit on shard 0 last, removes on it
+    first), so a part missing elsewhere is lost storage (a shard restarted where its directory is not):
+    503, never a partial answer."""
+    for i, v in enumerate(values):
+        if isinstance(v, GalleryNotFoundError):
+            where = shard_label(i, len(values))
+            raise ShardUnavailableError(f"gallery {name!r} has no part on {where} (storage missing); retry")
 
 
 def shard_name(index: int) -> str:
@@ -164,9 +175,12 @@ class GalleryShard:
             with contextlib.suppress(GalleryNotFoundError):
                 await self._on(i, "remove", name)
 
-    async def _add_items(self, name: str, vectors: Any, **kwargs: Any) -> list[str]:
+    async def _add(self, name: str, vectors: Any, **kwargs: Any) -> AddedItems:
         """The whole batch goes to the shard with the fewest rows, at global start = rows committed on all
-        shards; ids must be new on every shard. All or none, durable before it returns (one store commit)."""
+        shards; ids must be new on every shard. All or none, durable before it returns (one store commit).
+        With the gallery's live items at the commit, every shard's counted under the gallery's lock here,
+        which every write of it holds (nothing moves them meanwhile); a part lost on any shard is 503 after
+        the write, as a read of the gallery is."""
         ids = kwargs.get("ids") or []
         checks = {"kind": kwargs.get("kind"), "model": kwargs.get("model")}  # on every shard's part
         found = await self._everywhere("prepare", name, ids, **checks)
@@ -179,7 +193,11 @@ class GalleryShard:
                 f"gallery {name!r} already has item(s) {', '.join(map(repr, taken[:5]))}"
             )
         target = min(present, key=lambda i: (counts[i], i))
-        return await self._on(target, "add_placed", name, vectors, global_start=sum(counts), **kwargs)
+        added = await self._on(target, "add_placed", name, vectors, global_start=sum(counts), **kwargs)
+        parts = await self._everywhere("get", name)
+        raise_first(parts, tolerate=(GalleryNotFoundError,))
+        require_every_part(parts, name)
+        return AddedItems(added.ids, sum(v.count for v in parts if isinstance(v, GalleryInfo)))
 
     async def _delete_item(self, name: str, item_id: str) -> None:
         found = await self._everywhere("get", name)  # not found, or a damaged part: first, as one store

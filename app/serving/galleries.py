@@ -18,7 +18,7 @@ from lnserve.errors import LnserveError
 
 from ..galleries.errors import GalleryMismatchError
 from ..galleries.layout import AddedItems, GalleryEntry, GalleryInfo
-from ..galleries.rules import item_ids
+from ..galleries.rules import check_item_kinds, item_ids
 from .errors import ModelNotFoundError, TooManySentencesError
 
 if TYPE_CHECKING:
@@ -152,10 +152,7 @@ async def add_items(
         TooManySentencesError.check(len(items), max_items)
     ids = item_ids([it.id for it in items], len(items))  # checked here, before encoding: not again
     info: GalleryInfo = await in_thread(store.get, name)
-    wanted = "text" if info.kind == "captions" else "image"
-    wrong = next((i for i, it in enumerate(items) if getattr(it, wanted) is None), None)
-    if wrong is not None:
-        raise GalleryMismatchError(f"gallery {name!r} holds {info.kind}: item {wrong} has no {wanted!r}")
+    check_item_kinds(info, items)
     model = choose(info)
     texts = [it.text for it in items if it.text is not None]
     images = [it.image for it in items if it.image is not None]

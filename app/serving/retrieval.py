@@ -12,6 +12,7 @@ import numpy as np
 
 from ..galleries.errors import GalleryMismatchError
 from ..galleries.layout import GalleryInfo, same_model
+from ..galleries.rules import check_image_query
 from .errors import TooManySentencesError
 from .galleries import GalleryModel, ModelChooser, in_thread
 
@@ -46,12 +47,14 @@ async def retrieve(
     model, score, results}`` with one best-first list per query, in request order.
 
     The gallery is read once; ``before_encoding`` (the caller's refusals that need it, e.g. an answer over
-    its size bound) runs before any encoding. Id-only queries need no model unless one is named
-    (``model_named``): the gallery's model need not even be served.
+    its size bound) runs before any encoding, then image queries of a gallery of images are refused. Id-only
+    queries need no model unless one is named (``model_named``): the gallery's model need not even be served.
     """
     TooManySentencesError.check(len(queries), max_queries, "queries")
     info: GalleryInfo = await in_thread(store.get, name)
     before_encoding(info)
+    if any(q.image is not None for q in queries):  # before encoding them (the store checks it again)
+        check_image_query(info)
     needs_model = model_named or any(q.id is None for q in queries)
     model = choose(info) if needs_model else None
     vectors, kinds = await _query_vectors(store, info, model, queries)

@@ -117,7 +117,7 @@ def test_gallery_build_append_after_deletions(artifacts: dict[str, Path], tmp_pa
     assert store.get("caps").count == 4
     # an all-digit id from elsewhere (e.g. added over HTTP) past the numbers: numbering continues after it
     vec = store.get_item("caps", "0", with_vector=True)["vector"]
-    store.add_items("caps", vec[None, :], ids=["41"], payloads=[None])
+    store.add("caps", vec[None, :], ids=["41"], payloads=[None])
     run_cli(*build, "--append", check=True)
     assert store.get_item("caps", "42")["payload"] == {"text": "a dog"}
     assert store.get("caps").count == 8

@@ -30,7 +30,7 @@ def _build(root: Path, artifact: Path, name: str, adds: int = 1) -> None:
     store = GalleryStore(root, scorer="numpy")
     store.create(name, kind="images", model=ModelRef.from_artifact(engine.artifact))
     for a in range(adds):
-        store.add_items(name, vecs, ids=[f"a{a}-{j}" for j in range(len(vecs))])
+        store.add(name, vecs, ids=[f"a{a}-{j}" for j in range(len(vecs))])
 
 
 def test_delete_gallery_over_http_and_cli(artifacts: dict[str, Path], tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def _build(root: Path, artifact: Path, names: list[str]) -> tuple[ModelRef, int]
         store.create(name, kind="images", model=ref)
         for start in range(0, len(IMAGES), BATCH):
             rows = range(start, start + BATCH)
-            store.add_items(name, vecs[start : start + BATCH], ids=[f"img{j}" for j in rows],
+            store.add(name, vecs[start : start + BATCH], ids=[f"img{j}" for j in rows],
                             payloads=[{"j": j} for j in rows])  # fmt: skip
     return ref, vecs.shape[1]
 

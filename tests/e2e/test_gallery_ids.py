@@ -46,7 +46,7 @@ def server(artifacts: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     store = GalleryStore(tmp / "galleries", scorer="numpy")
     store.create("legacy", kind="images", model=ModelRef.from_artifact(engine.artifact))
     vecs = engine.encode_images(np.asarray([IMAGE] * len(LEGACY_IDS), dtype=np.float32))
-    store.add_items("legacy", vecs, ids=[f"tmp{i}" for i in range(len(LEGACY_IDS))])
+    store.add("legacy", vecs, ids=[f"tmp{i}" for i in range(len(LEGACY_IDS))])
     db = sqlite3.connect(tmp / "galleries" / "legacy" / "gallery.sqlite")  # as an older lnserve stored them
     with db:
         for i, legacy in enumerate(LEGACY_IDS):

@@ -42,7 +42,7 @@ def test_timing_headers_and_histograms(artifacts: dict[str, Path], tmp_path: Pat
     engine = Engine.open(artifacts[MODEL], backend="torch")
     store = GalleryStore(tmp_path / "galleries", scorer="numpy")
     store.create("ims", kind="images", model=ModelRef.from_artifact(engine.artifact))
-    store.add_items("ims", engine.encode_images(IMAGES), ids=[f"i{j}" for j in range(len(IMAGES))])
+    store.add("ims", engine.encode_images(IMAGES), ids=[f"i{j}" for j in range(len(IMAGES))])
     server = start_server(tmp_path, "--models", str(artifacts[MODEL]), env={"LNSERVE_SCORER": "numpy"})
     try:
         with httpx.Client(base_url=server.url, timeout=120) as c:

@@ -25,7 +25,7 @@ def _where(pattern: str) -> list[str]:
 
 def test_the_image_query_rule_is_stated_once() -> None:
     assert _where(r"holds images: query it with captions") == ["galleries/rules.py"]
-    assert _where(r"check_image_query\(info\)") == ["galleries/rules.py", "http/routes/retrieve.py"]
+    assert _where(r"check_image_query\(info\)") == ["galleries/rules.py", "serving/retrieval.py"]
 
 
 def test_random_item_ids_come_from_one_function() -> None:

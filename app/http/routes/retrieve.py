@@ -15,7 +15,6 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from ...galleries.layout import GalleryInfo
-from ...galleries.rules import check_image_query
 from ...serving import retrieval
 from ..answers import answer_made_off_loop, check_answer_bytes, hits_bytes, limit_of
 from ..body_parsing import OffloadedBodyRoute
@@ -58,12 +57,10 @@ def _shaped(search: Callable[[], dict[str, Any]], *, one: bool) -> Callable[[], 
 
 def _refusals(queries: list[retrieval.Query], k: int, limit: int) -> Callable[[GalleryInfo], None]:
     """What is refused once the gallery is known, before encoding or searching: hits without their payloads
-    already over the answer's bound, and image queries of a gallery of images."""
+    already over the answer's bound."""
 
     def refuse(info: GalleryInfo) -> None:
         size = hits_bytes(len(queries), k, info.count)
         check_answer_bytes(size, limit, f"{len(queries)} queries x {min(k, info.count)} hits")
-        if any(q.image is not None for q in queries):  # before encoding them
-            check_image_query(info)
 
     return refuse

@@ -173,7 +173,7 @@ def test_a_third_family_needs_only_one_new_object(
     assert metric_for(ref.method, ref.family) == metric_for(reference.method, base.name)
     store = GalleryStore(tmp_path / "galleries", scorer="numpy")
     store.create("caps", kind="captions", model=ref)
-    store.add_items("caps", vectors, ids=[f"c{i}" for i in range(len(vectors))])
+    store.add("caps", vectors, ids=[f"c{i}" for i in range(len(vectors))])
     if third.text_only:
         with pytest.raises(EncodeInputError, match=r"no image encoder \(third-family encodes text only\)"):
             engine.encode_images(np.ones((1, 4), dtype=np.float32))
@@ -184,7 +184,7 @@ def test_a_third_family_needs_only_one_new_object(
     else:
         images = engine.encode_images(np.load(LEGACY / "order_embedding" / "images.npy"))
         store.create("ims", kind="images", model=ref)
-        store.add_items("ims", images, ids=[f"i{i}" for i in range(len(images))])
+        store.add("ims", images, ids=[f"i{i}" for i in range(len(images))])
         assert store.search("ims", vectors, 3, query_kind="captions", model=ref)["results"]
 
     reopened = GalleryStore(tmp_path / "galleries", scorer="numpy")  # the description read back from disk

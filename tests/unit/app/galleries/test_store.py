@@ -50,11 +50,9 @@ def test_search_through_the_store_matches_golden_errors(
     sent = engine.encode_sentences(inputs()["order_embedding"]["captions"], pretokenized=True)
     imgs = engine.encode_images(np.load(LEGACY / "order_embedding" / "images.npy"))
     store.create("ims", kind="images", model=ref)
-    store.add_items("ims", imgs, ids=[f"i{j}" for j in range(len(imgs))])
+    store.add("ims", imgs, ids=[f"i{j}" for j in range(len(imgs))])
     store.create("caps", kind="captions", model=ref)
-    store.add_items(
-        "caps", sent, ids=[f"c{j}" for j in range(len(sent))], payloads=[{"n": j} for j in range(40)]
-    )
+    store.add("caps", sent, ids=[f"c{j}" for j in range(len(sent))], payloads=[{"n": j} for j in range(40)])
 
     t2i = store.search("ims", sent, 12, query_kind="captions", model=ref)
     assert t2i["score"]["direction"] == "lower_is_better"
@@ -77,7 +75,7 @@ def test_skip_thoughts_caption_gallery_uses_cosine(artifacts: dict[str, Path], t
     with pytest.raises(GalleryMismatchError):
         store.create("st-images", kind="images", model=ref)
     store.create("st", kind="captions", model=ref)
-    store.add_items("st", vecs, payloads=[{"text": s} for s in sents])
+    store.add("st", vecs, payloads=[{"text": s} for s in sents])
     out = store.search("st", vecs[4], 3, query_kind="captions")
     assert out["score"] == {
         "metric": "cosine",
@@ -94,9 +92,7 @@ def test_persistence_across_reopen_and_deletes(tmp_path: Path) -> None:
     vecs = np.abs(rng.standard_normal((30, 8))).astype(np.float32)
     store = _store(tmp_path)
     store.create("g", kind="images", model=_toy_model())
-    store.add_items(
-        "g", vecs, ids=[str(i) for i in range(30)], payloads=[{"url": f"u{i}"} for i in range(30)]
-    )
+    store.add("g", vecs, ids=[str(i) for i in range(30)], payloads=[{"url": f"u{i}"} for i in range(30)])
     before = store.search("g", vecs[:2], 5, query_kind="captions")
     store.delete_item("g", "7")
 
@@ -131,7 +127,7 @@ _WRITER = textwrap.dedent(
     store = GalleryStore(sys.argv[1], scorer="numpy")
     for b in range(10**6):
         vecs = np.random.default_rng(b).random((50, 8), dtype=np.float32)
-        store.add_items("g", vecs, ids=[f"{b}-{i}" for i in range(50)], payloads=[{"b": b}] * 50)
+        store.add("g", vecs, ids=[f"{b}-{i}" for i in range(50)], payloads=[{"b": b}] * 50)
         print(f"ACK {b}", flush=True)
     """
 )
@@ -166,7 +162,7 @@ def test_kill_9_during_bulk_insert_loses_no_acknowledged_item(tmp_path: Path) ->
             assert item["payload"] == {"b": b} and np.array_equal(item["vector"], want[i])
     # a write after the crash truncates any unacknowledged tail and lands right after the last batch
     extra = np.full((1, 8), 0.5, np.float32)
-    reopened.add_items("g", extra, ids=["after"])
+    reopened.add("g", extra, ids=["after"])
     assert reopened.get_item("g", "after", with_vector=True)["vector"].tolist() == extra[0].tolist()
     hits = reopened.search("g", np.zeros(8, np.float32), MAX_K, query_kind="captions")["results"][0]
     assert len(hits) == min(MAX_K, count + 1)
@@ -182,7 +178,7 @@ def test_concurrent_inserts_and_queries(tmp_path: Path) -> None:
         try:
             for b in range(15):
                 vecs = np.random.default_rng(w * 100 + b).random((20, 8), dtype=np.float32)
-                store.add_items("g", vecs, ids=[f"{w}-{b}-{i}" for i in range(20)])
+                store.add("g", vecs, ids=[f"{w}-{b}-{i}" for i in range(20)])
         except BaseException as exc:
             errors.append(exc)
 
@@ -214,7 +210,7 @@ def test_concurrent_inserts_and_queries(tmp_path: Path) -> None:
 def test_bad_inputs_raise_coded_errors(tmp_path: Path) -> None:
     store = _store(tmp_path)
     store.create("g", kind="images", model=_toy_model())
-    store.add_items("g", np.ones((2, 8), np.float32), ids=["a", "b"])
+    store.add("g", np.ones((2, 8), np.float32), ids=["a", "b"])
     cases = [
         (lambda: store.search("nope", np.ones(8), 1, query_kind="captions"), GalleryNotFoundError, 404),
         (lambda: store.search("g", np.ones(7), 1, query_kind="captions"), GalleryInputError, 422),
@@ -228,11 +224,11 @@ def test_bad_inputs_raise_coded_errors(tmp_path: Path) -> None:
             GalleryMismatchError,
             422,
         ),
-        (lambda: store.add_items("g", np.full((1, 8), np.nan)), GalleryInputError, 422),
-        (lambda: store.add_items("g", np.ones((1, 8)), kind="captions"), GalleryMismatchError, 422),
-        (lambda: store.add_items("g", np.ones((1, 8)), ids=["a"]), DuplicateItemError, 409),
-        (lambda: store.add_items("g", np.ones((2, 8)), ids=["x", "x"]), DuplicateItemError, 409),
-        (lambda: store.add_items("g", np.ones((1, 8)), payloads=[{1j}]), GalleryInputError, 422),
+        (lambda: store.add("g", np.full((1, 8), np.nan)), GalleryInputError, 422),
+        (lambda: store.add("g", np.ones((1, 8)), kind="captions"), GalleryMismatchError, 422),
+        (lambda: store.add("g", np.ones((1, 8)), ids=["a"]), DuplicateItemError, 409),
+        (lambda: store.add("g", np.ones((2, 8)), ids=["x", "x"]), DuplicateItemError, 409),
+        (lambda: store.add("g", np.ones((1, 8)), payloads=[{1j}]), GalleryInputError, 422),
         (lambda: store.delete_item("g", "zz"), ItemNotFoundError, 404),
         (lambda: store.create("g", kind="images", model=_toy_model()), GalleryExistsError, 409),
         (lambda: store.create("../evil", kind="images", model=_toy_model()), GalleryInputError, 422),
@@ -272,7 +268,7 @@ def _three_adds(tmp_path: Path, name: str = "g") -> tuple[GalleryStore, np.ndarr
     store.create(name, kind="images", model=_toy_model())
     vecs = np.abs(np.random.default_rng(1).standard_normal((12, 8))).astype(np.float32)
     for b in range(3):
-        store.add_items(name, vecs[4 * b : 4 * b + 4], ids=[str(i) for i in range(4 * b, 4 * b + 4)])
+        store.add(name, vecs[4 * b : 4 * b + 4], ids=[str(i) for i in range(4 * b, 4 * b + 4)])
     return store, vecs
 
 
@@ -282,7 +278,7 @@ def test_a_short_vector_file_is_refused_never_zero_filled(tmp_path: Path) -> Non
     os.truncate(path, 5 * 4 * 8)  # below the 12 acknowledged rows
     reopened = _store(tmp_path)
     with pytest.raises(GalleryCorruptError) as info:
-        reopened.add_items("g", np.ones((1, 8), np.float32), ids=["x"])
+        reopened.add("g", np.ones((1, 8), np.float32), ids=["x"])
     assert http_status(info.value) == 503 and info.value.exit_code == 2 and "truncated" in str(info.value)
     assert path.stat().st_size == 5 * 4 * 8  # nothing written, nothing padded with zeros
     with pytest.raises(GalleryCorruptError):
@@ -323,7 +319,7 @@ def test_damage_is_reported_as_corrupt_not_absent_nor_internal(fault: str, tmp_p
         lambda: reopened.get("g"),
         lambda: reopened.search("g", vecs[:2], 3, query_kind="captions"),
         lambda: reopened.get_item("g", "9", with_vector=True),
-        lambda: reopened.add_items("g", vecs[:1], ids=["new"]),
+        lambda: reopened.add("g", vecs[:1], ids=["new"]),
         lambda: reopened.delete_item("g", "1"),
     ]
     for call in calls:
@@ -345,7 +341,7 @@ def test_repair_keeps_the_blocks_before_the_damage(tmp_path: Path) -> None:
     repaired = store.repair("g")
     assert (repaired.rows_before, repaired.rows_after) == (12, 4) and len(repaired.dropped_ids) == 8
     assert store.check("g").ok and store.get("g").count == 4
-    store.add_items("g", vecs[4:6], ids=["4", "5"])  # the dropped ids can be added again
+    store.add("g", vecs[4:6], ids=["4", "5"])  # the dropped ids can be added again
     hits = store.search("g", np.zeros(8, np.float32), 10, query_kind="captions")["results"][0]
     assert sorted(h["id"] for h in hits) == ["0", "1", "2", "3", "4", "5"]
     assert store.get_item("g", "5", with_vector=True)["vector"].tolist() == vecs[5].tolist()
@@ -419,7 +415,7 @@ def test_a_gallery_repaired_by_another_process_is_served_afresh(tmp_path: Path) 
     cli = _store(tmp_path)
     assert cli.repair("g").rows_after == 4
     fresh = vecs[::-1][:8].copy()
-    cli.add_items("g", fresh, ids=[f"n{i}" for i in range(4, 12)])
+    cli.add("g", fresh, ids=[f"n{i}" for i in range(4, 12)])
     cli.delete_item("g", "n9")  # again 12 rows, 1 tombstone: other rows than before
     hits = server.search("g", vecs[0], 12, query_kind="captions")["results"][0]
     assert {h["id"] for h in hits} == {"0", "1", "2", "3"} | {f"n{i}" for i in range(4, 12) if i != 9}

@@ -176,7 +176,7 @@ def test_a_store_with_the_pruned_scorer_answers_as_the_numba_one(tmp_path: Path)
     for scorer in ("numba", "pruned"):
         store = GalleryStore(tmp_path / scorer, scorer=scorer)
         store.create("g", kind="images", model=model)
-        store.add_items("g", vectors, ids=[f"i{i}" for i in range(len(vectors))], model=model)
+        store.add("g", vectors, ids=[f"i{i}" for i in range(len(vectors))], model=model)
         store.delete_item("g", "i3")
         answers.append(store.search("g", queries, 25, query_kind="captions", model=model))
     assert answers[0] == answers[1]

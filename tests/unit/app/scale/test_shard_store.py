@@ -83,7 +83,7 @@ def test_the_store_answers_a_shards_questions(tmp_path: Path) -> None:
     before a write, live items' rows, and hits that carry their rows."""
     store = GalleryStore(tmp_path)
     store.create("g", kind="images", model=MODEL)
-    store.add_items("g", _vecs(3, 0), ids=["a", "b", "c"], model=MODEL)
+    store.add("g", _vecs(3, 0), ids=["a", "b", "c"], model=MODEL)
     store.delete_item("g", "b")
     assert store.committed_rows("g") == 3
     assert store.check_write("g", ["c", "x", "a"], kind="images", model=MODEL) == (3, ["a", "c"])

@@ -72,7 +72,7 @@ def _fill(store: ShardedGalleries, name: str, batches: int) -> list[list[str]]:
     store.create(name, kind="images", model=MODEL)
     ids = [[f"{name}-{b}-{i}" for i in range(2)] for b in range(batches)]
     for b, batch in enumerate(ids):
-        store.add_items(name, _vecs(2, b), ids=batch, model=MODEL)
+        store.add(name, _vecs(2, b), ids=batch, model=MODEL)
     return ids
 
 
@@ -119,7 +119,7 @@ def test_a_gallery_damaged_on_one_shard_is_quarantined_as_a_whole(tmp_path: Path
         "get": lambda: store.get("g"),
         "search": lambda: store.search("g", q, 5, query_kind="captions", model=MODEL),
         "get_item on shard 0": lambda: store.get_item("g", on_0[0]),
-        "add_items": lambda: store.add_items("g", _vecs(1, 7), ids=["new"], model=MODEL),
+        "add_items": lambda: store.add("g", _vecs(1, 7), ids=["new"], model=MODEL),
         "delete_item on shard 0": lambda: store.delete_item("g", on_0[0]),
         "create exist_ok": lambda: store.create("g", kind="images", model=MODEL, exist_ok=True),
     }
@@ -193,8 +193,8 @@ def _make_legacy(gallery: Path, pin: str) -> None:
 def test_the_model_identity_is_checked_and_adopted_on_every_shard(tmp_path: Path) -> None:
     store = _start(tmp_path)
     store.create("old", kind="images", model=MODEL)
-    store.add_items("old", _vecs(3, 0), ids=["a", "b", "c"], model=MODEL)  # shard 0 (both empty)
-    store.add_items("old", _vecs(1, 1), ids=["d"], model=MODEL)  # shard 1: fewer rows
+    store.add("old", _vecs(3, 0), ids=["a", "b", "c"], model=MODEL)  # shard 0 (both empty)
+    store.add("old", _vecs(1, 1), ids=["d"], model=MODEL)  # shard 1: fewer rows
     pin = "ab" * 32
     for i in range(SHARDS):
         _make_legacy(shard_root(tmp_path, i, SHARDS) / "old", pin)
@@ -204,12 +204,32 @@ def test_the_model_identity_is_checked_and_adopted_on_every_shard(tmp_path: Path
     other = ModelRef(name="m", identity="2" * 64, family="order-embedding", method="order", dim=3)
 
     with pytest.raises(GalleryMismatchError):
-        store.add_items("old", _vecs(1, 2), ids=["x"], model=other)
+        store.add("old", _vecs(1, 2), ids=["x"], model=other)
     with pytest.raises(GalleryMismatchError):
         store.search("old", _vecs(1, 3), 5, query_kind="captions", model=other)
     assert store.get("old").count == 4 and store.get("old").model_identity is None
 
-    store.add_items("old", _vecs(1, 4), ids=["e"], model=legacy)  # written on shard 1 (fewer rows)
+    store.add("old", _vecs(1, 4), ids=["e"], model=legacy)  # written on shard 1 (fewer rows)
     assert [_part(tmp_path, i).get("old").count for i in range(SHARDS)] == [3, 2]
     assert [_part(tmp_path, i).get("old").model_identity for i in range(SHARDS)] == [legacy.identity] * 2
     assert store.get("old").model_identity == legacy.identity  # what GET /galleries/old shows
+
+
+def test_an_add_returns_the_live_items_at_its_commit_as_one_store_does(tmp_path: Path) -> None:
+    """``add``'s count is the gallery's at the add's own commit (``GalleryStore.add``), never one read after
+    it that includes other writers' items: concurrent adds of one item each report 1..N, each once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = _start(tmp_path)
+    store.create("g", kind="images", model=MODEL)
+    writers, adds = 8, 10
+
+    def write(w: int) -> list[int]:
+        return [
+            store.add("g", _vecs(1, 10 * w + a), ids=[f"{w}-{a}"], model=MODEL).count for a in range(adds)
+        ]
+
+    with ThreadPoolExecutor(writers) as pool:
+        counts = [c for mine in pool.map(write, range(writers)) for c in mine]
+    assert sorted(counts) == list(range(1, writers * adds + 1)), counts
+    assert store.get("g").count == writers * adds

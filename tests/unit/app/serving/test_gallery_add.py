@@ -62,7 +62,7 @@ def test_a_store_add_opens_the_gallery_once_and_tells_its_count(
     ref = ModelRef(name="toy", identity="a" * 64, family="order-embedding", method="order", dim=8)
     store.create("g", kind="images", model=ref)
     vecs = np.abs(np.random.default_rng(1).standard_normal((6, 8))).astype(np.float32)
-    store.add_items("g", vecs[:3], ids=["0", "1", "2"])
+    store.add("g", vecs[:3], ids=["0", "1", "2"])
     store.delete_item("g", "1")
     opens = count_gallery_opens(monkeypatch)
     added = store.add("g", vecs[3:], ids=["3", "4", "5"], payloads=[None, {"x": 1}, "s"], model=ref)
