@@ -14,17 +14,29 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's app, not an installed one
-from benchmarks.retrieval import timed
 from lnserve.app.galleries.store import GalleryStore, ModelRef
 from lnserve.app.runtime.retrieval import get_kernel, top_k
+
+
+def timed(fn: Callable[[], object], reps: int) -> float:
+    """Median wall time of ``reps`` runs after one warm-up."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def plain_read(path: Path) -> None:
@@ -51,7 +63,7 @@ def main() -> None:
         t0 = time.perf_counter()
         for s in batches:
             part = vecs[s : s + args.batch]
-            store.add_items("g", part, ids=[str(i) for i in range(s, s + len(part))])
+            store.add("g", part, ids=[str(i) for i in range(s, s + len(part))])
         t_add = time.perf_counter() - t0
         raw = Path(tmp) / "raw.f32"
         t0 = time.perf_counter()

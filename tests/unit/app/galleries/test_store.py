@@ -482,14 +482,14 @@ def test_cosine_search_with_kept_norms_equals_a_fresh_computation(
         have = [[(h["id"], h["score"]) for h in row] for row in got["results"]]
         assert have == _cosine_reference(vecs[:n], live[:n], queries, k)
 
-    store.add_items("g", vecs[:50], ids=[str(i) for i in range(50)])
+    store.add("g", vecs[:50], ids=[str(i) for i in range(50)])
     live[:50] = True
     check(store, 50)
     for i in (3, 21, 0):
         store.delete_item("g", str(i))
         live[i] = False
     check(store, 50)
-    store.add_items("g", vecs[50:], ids=[str(i) for i in range(50, 90)])
+    store.add("g", vecs[50:], ids=[str(i) for i in range(50, 90)])
     live[50:] = True
     check(store, 90)
     check(store, 90)
