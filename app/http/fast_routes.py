@@ -98,7 +98,7 @@ class FastRoutes:
     ) -> None:
         """``handlers``: the app's exception handlers (``app.exception_handlers``), read when needed."""
         self.app, self.handlers = app, handlers
-        self.table = {(method, r.path): FastEndpoint(r) for r in routes for method in r.methods}
+        self.table = {(method, r.path): FastEndpoint(r) for r in routes for method in r.methods or ()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = None
