@@ -4,9 +4,10 @@ generator in another process (``--concurrency`` clients, one sentence per ``POST
 thread's CPU time (``time.thread_time``) over the load window divided by the requests served. With
 ``--profile``, cProfile runs on the loop thread over the same window and the top functions (own time and
 cumulative, per request) are printed; the profiler's overhead inflates those times, so the CPU per request
-line without ``--profile`` is the one to compare. Not a test: run it by hand.
+line without ``--profile`` is the one to compare. ``--bare`` measures ``http_load.py``'s bare FastAPI app the
+same way (uvloop, httptools, no access log), its baseline. Not a test: run it by hand.
 
-    python benchmarks/http_profile.py [--concurrency 16] [--seconds 5] [--profile] [--top 30]
+    python benchmarks/http_profile.py [--concurrency 16] [--seconds 5] [--profile] [--top 30] [--bare]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -44,6 +46,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--bare", action="store_true", help="The bare FastAPI app of http_load.py instead.")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     os.environ.update(
@@ -58,10 +61,14 @@ def main() -> None:
     from lnserve.app.settings import Settings
     from tests.e2e.server import free_port
 
-    settings = Settings()
-    app = create_app(settings)
     port = free_port()
-    config = uvicorn_config(app, settings)
+    if args.bare:
+        config = uvicorn.Config(
+            _bare_app(tmp), loop="uvloop", http="httptools", access_log=False, log_level="warning"
+        )
+    else:
+        settings = Settings()
+        config = uvicorn_config(create_app(settings), settings)
     config.host, config.port = "127.0.0.1", port
     server = uvicorn.Server(config)
     url = f"http://127.0.0.1:{port}"
@@ -104,7 +111,8 @@ def main() -> None:
         runner.run(serve())
     served = result["rps"] * args.seconds
     cpu_ms = (window["stop"] - window["start"]) * 1000 / served
-    print(f"load: {os.getloadavg()}   concurrency {args.concurrency}, {args.seconds:.0f} s")
+    what = "bare FastAPI app" if args.bare else "lnserve"
+    print(f"{what}   load: {os.getloadavg()}   concurrency {args.concurrency}, {args.seconds:.0f} s")
     print(
         f"req/s {result['rps']:,.0f}  p50 {result['p50']:.2f} ms  errors {result['errors']:.0f}  "
         f"loop CPU per request {cpu_ms:.3f} ms" + ("  (profiled)" if args.profile else "")
@@ -115,6 +123,20 @@ def main() -> None:
             pstats.Stats(prof, stream=s).sort_stats(key).print_stats(args.top)
             print(f"\n--- by {key} (times for {served:,.0f} requests) ---")
             print("\n".join(s.getvalue().splitlines()[6:]))
+
+
+def _bare_app(tmp: Path) -> Any:
+    """``http_load.BARE_APP`` at the demo model's dimension, imported from ``tmp``."""
+    import importlib
+
+    from benchmarks.http_load import BARE_APP
+    from lnserve.app.demo_model.data import ensure_demo_artifact
+    from lnserve.app.runtime.engine import Engine
+
+    dim = Engine.open(ensure_demo_artifact(), threads=1).output_dim
+    (tmp / "bare_app.py").write_text(BARE_APP.format(dim=dim), encoding="utf-8")
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module("bare_app").app
 
 
 if __name__ == "__main__":
