@@ -159,7 +159,7 @@ class BodyParser:
             self._pool = None
 
 
-def _needs_strict_parse(raw: bytes) -> bool:
+def needs_strict_parse(raw: bytes) -> bool:
     """A small body that ``json.loads`` would turn into text no answer can be written with: a surrogate
     escape, or bytes that are not strict UTF-8 (which has no encoded surrogates)."""
     if _SURROGATE_ESCAPE.search(raw) is not None:
@@ -211,7 +211,7 @@ class OffloadedBodyRoute(APIRoute):
             raw = await request.body()  # read already (the middleware): FastAPI gets the same bytes
             large = len(raw) > INLINE_PARSE_BYTES
             # the content type only for the bodies parsed here: nearly every body is small and plain
-            if (large or _needs_strict_parse(raw)) and is_json(request):
+            if (large or needs_strict_parse(raw)) and is_json(request):
                 limit = request.app.state.settings.max_sentences
                 # request.json() is cached in _json: FastAPI takes the validated model as is
                 if large:
@@ -222,3 +222,8 @@ class OffloadedBodyRoute(APIRoute):
             return await handler(request)
 
         return offloaded
+
+    def own_error(self, request: Request, exc: Exception) -> Response | None:
+        """This route's own answer to ``exc``, raised by its handler, before the app's error handlers see it
+        (None: theirs). ``fast_routes`` asks it too."""
+        return None

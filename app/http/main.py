@@ -32,13 +32,14 @@ from ..serving.errors import ModelLoadError
 from ..serving.galleries import warm_scorer
 from ..serving.registry import ModelDirs, ModelRegistry
 from ..settings import Settings
-from .body_parsing import BodyParser
+from .body_parsing import BodyParser, OffloadedBodyRoute
 from .deps import DescribeEngine, ReloadModel, RenderMetrics, require_api_key
 from .errors import install_error_handlers
+from .fast_routes import FastRoutes
 from .lifecycle import Lifecycle
 from .metrics import Metrics
 from .middleware import RequestContextMiddleware
-from .routes import ROUTER_MODULES
+from .routes import FAST_ROUTES, ROUTER_MODULES
 from .schemas import ErrorBody
 
 log = logging.getLogger("lnserve.app")
@@ -216,6 +217,9 @@ def create_app(
         )
         if public:
             probes |= {route.path for route in module.router.routes if hasattr(route, "path")}
+    fast = [r for r in routes if isinstance(r, OffloadedBodyRoute) and r.path in FAST_ROUTES]
+    # innermost of ours: every guard (and CORS) runs before it
+    app.add_middleware(FastRoutes, routes=fast, handlers=app.exception_handlers)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

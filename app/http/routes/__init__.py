@@ -18,3 +18,7 @@ ROUTER_MODULES: tuple[str, ...] = (
     "tei",
     "front",
 )
+
+# the hot routes (POST), answered below FastAPI's per-request machinery when their body allows
+# (``lnserve.app.http.fast_routes``); each handler takes only its body model and the request
+FAST_ROUTES: frozenset[str] = frozenset({"/encode", "/v1/embeddings", "/embed"})

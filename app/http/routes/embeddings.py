@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from ...serving.encoding import encode_texts
 from ..body_parsing import OffloadedBodyRoute
-from ..deps import RegistryDep, SettingsDep, cancel_on_disconnect
+from ..deps import RegistryDep, SettingsDep, cancel_on_disconnect, registry_of
 from ..schemas import (
     EmbeddingsRequest,
     EmbeddingsResponse,
@@ -26,11 +26,12 @@ router = APIRouter(prefix="/v1", tags=["openai"], route_class=OffloadedBodyRoute
 
 
 @router.post("/embeddings", response_model=EmbeddingsResponse, response_class=VectorJSONResponse)
-async def embeddings(body: EmbeddingsRequest, request: Request, registry: RegistryDep) -> Response:
+async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
     """Embed a string or a list of strings (raw text, the model's tokenizer and defaults)."""
     texts = text_inputs(body.input)
     # each vector is wrapped: {"object":"embedding","index":N,"embedding":...},
     bound = AnswerBound(request, body.encoding_format, per_row=48, what="embeddings")
+    registry = registry_of(request)  # not RegistryDep: no dependency to solve (``fast_routes``)
     work = encode_texts(registry, body.model, texts, dimensions=body.dimensions, admit=bound.admit)
     done = await cancel_on_disconnect(request, work)
     encoded = encode_vectors(done.vectors, body.encoding_format)

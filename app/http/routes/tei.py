@@ -25,7 +25,7 @@ from ...serving.errors import SentenceTooLongError, TooManySentencesError
 from ...serving.registry import INLINE_TOKENIZE_CHARS, ModelEntry, ModelRegistry
 from ..answers import answer_made_off_loop, json_answer, limit_of
 from ..body_parsing import OffloadedBodyRoute
-from ..deps import RegistryDep, cancel_on_disconnect
+from ..deps import RegistryDep, cancel_on_disconnect, registry_of
 from ..errors import error_response
 from ..schemas import VectorJSONResponse
 from ..schemas.tei import (
@@ -54,10 +54,17 @@ class TEIRoute(OffloadedBodyRoute):
             try:
                 return await handler(request)
             except _OVER_LIMIT as exc:
-                rid = getattr(request.state, "request_id", None)
-                return error_response(413, exc.code, str(exc), request_id=rid)
+                return _too_large(request, exc)
 
         return tei_handler
+
+    def own_error(self, request: Request, exc: Exception) -> Response | None:
+        return _too_large(request, exc) if isinstance(exc, _OVER_LIMIT) else None
+
+
+def _too_large(request: Request, exc: TooManySentencesError | SentenceTooLongError) -> Response:
+    rid = getattr(request.state, "request_id", None)
+    return error_response(413, exc.code, str(exc), request_id=rid)
 
 
 router = APIRouter(tags=["tei"], route_class=TEIRoute)
@@ -105,9 +112,9 @@ async def _similarity(
 
 
 @router.post("/embed", response_model=list[list[float]], response_class=VectorJSONResponse)
-async def embed(body: TEIEmbedRequest, request: Request, registry: RegistryDep) -> Response:
+async def embed(body: TEIEmbedRequest, request: Request) -> Response:
     """TEI ``/embed``: one vector per input, always a list of lists."""
-    return await _embed(request, registry, body, body.inputs)
+    return await _embed(request, registry_of(request), body, body.inputs)
 
 
 @router.post("/similarity", response_model=list[float], response_class=VectorJSONResponse)
