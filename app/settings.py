@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from lnserve.errors import InvalidSettingError
 
 from .runtime.engine import BACKENDS, DEFAULT_BACKEND
+from .runtime.precisions import Precision
 from .runtime.retrieval import SCORERS
 
 SERVE_BODY_GRACE_MS = 500.0  # body_arrival_grace_ms unset, outside Ray's proxy: a few network round trips
@@ -86,8 +87,11 @@ class Settings(BaseSettings):
         default_factory=list,
         description="onnx backend: execution providers, in order (default: CUDA if a GPU is seen, then CPU).",
     )
-    precision: Literal["fp32", "fp16"] = Field(
-        "fp32", description="onnx backend: fp16 weights and arithmetic for GPUs (norm statistics stay fp32)."
+    precision: Precision = Field(
+        "fp32",
+        description="Precision profile: fp32 (exact); int8 (CPU, onnx backend: int8 products, float32 norms, "
+        "gates and state); bf16 (CPUs with AVX-512 BF16 or AMX, torch backend); fp16 (GPUs, onnx backend). "
+        "Fidelity of each: docs/precision.md.",
     )
     strict_provider: bool = Field(
         False, description="onnx backend: fail at startup if the first provider is not obtained."

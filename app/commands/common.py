@@ -19,11 +19,13 @@ from lnserve.input_files import open_regular, read_bounded
 from lnserve.storage import storage_full
 
 from ..runtime.errors import EncodeInputError
+from ..runtime.precisions import HELP as PRECISION_HELP
 
 if TYPE_CHECKING:  # rich loads only when a command draws progress
     from rich.progress import Progress, ProgressColumn, TaskID
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="Inference backend: onnx or torch.")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help=f"Precision profile: {PRECISION_HELP}.")]
 
 
 # Text inputs (sentences, captions, payload lines) and the bounds they are read under (``read_bounded``):

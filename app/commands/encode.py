@@ -14,6 +14,7 @@ from ..runtime.engine import DEFAULT_BACKEND, Engine
 from ..runtime.errors import EncodeInputError
 from .common import (
     BackendOpt,
+    PrecisionOpt,
     check_output,
     load_matrix,
     progress_bar,
@@ -38,9 +39,7 @@ def encode(
     no_normalize: Annotated[bool, typer.Option("--no-normalize", help="Return raw final states.")] = False,
     batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 128,
     backend: BackendOpt = DEFAULT_BACKEND,
-    precision: Annotated[
-        str, typer.Option("--precision", help="onnx: fp32 (exact profile) or fp16 (for GPUs; drifts ~1e-4).")
-    ] = "fp32",
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Encode sentences (--input) or images (--images) into vectors."""
     if (input is None) == (images is None):

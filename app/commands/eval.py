@@ -17,7 +17,7 @@ from lnserve.errors import UserInputError
 
 from ..runtime.engine import DEFAULT_BACKEND
 from ..runtime.errors import EncodeInputError
-from .common import BackendOpt, check_output, load_matrix, read_lines, save_text
+from .common import BackendOpt, PrecisionOpt, check_output, load_matrix, read_lines, save_text
 
 
 def evaluate(
@@ -35,6 +35,7 @@ def evaluate(
     pretokenized: Annotated[bool, typer.Option(help="Split on whitespace only (the original).")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON.")] = None,
     backend: BackendOpt = DEFAULT_BACKEND,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """R@1/5/10, medr and meanr for caption->image and image->caption, per fold and averaged.
 
@@ -55,7 +56,7 @@ def evaluate(
         check_output(json_out, "--json")
     texts = read_lines(captions)
     feats = load_matrix(images, "image features")
-    engine = Engine.open(model, backend=backend)  # after the inputs: bad input fails before a model loads
+    engine = Engine.open(model, backend=backend, precision=precision)  # after the inputs: bad input first
     if RETRIEVAL_EVAL not in engine.family.evaluations:
         raise UserInputError("eval needs an order-embedding model (caption <-> image retrieval)")
     if len(texts) != CPI * feats.shape[0]:

@@ -13,7 +13,7 @@ import typer
 from lnserve.errors import UserInputError
 
 from ..runtime.engine import DEFAULT_BACKEND
-from .common import BackendOpt, check_output, progress_bar, save_text
+from .common import BackendOpt, PrecisionOpt, check_output, progress_bar, save_text
 
 
 def parse_tasks(value: str) -> list[str]:
@@ -50,6 +50,7 @@ def skip_thoughts(
         int, typer.Option("--jobs", min=1, help="Threads for the independent liblinear fits (same scores).")
     ] = 1,
     backend: BackendOpt = DEFAULT_BACKEND,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """MR, CR, SUBJ, MPQA, TREC, MSRP, SICK-R as the skip-thoughts scripts ran them; SICK-E, STS14 as
     SentEval."""
@@ -65,7 +66,7 @@ def skip_thoughts(
         check_output(json_out, "--json")
     for t in tasks:  # every file is checked before a model loads or anything is encoded
         check_task_files(t, data, fast=fast)
-    encoder = EngineEncoder.open(model, backend=backend, bar=progress_bar)
+    encoder = EngineEncoder.open(model, backend=backend, precision=precision, bar=progress_bar)
     ctx = Context(encode=encoder, data=data, seed=seed, fast=fast, bar=progress_bar, jobs=jobs)
     start = time.perf_counter()
     results: dict[str, Any] = {}

@@ -18,6 +18,7 @@ from ..runtime.engine import DEFAULT_BACKEND
 from ..runtime.errors import EncodeInputError
 from .common import (
     BackendOpt,
+    PrecisionOpt,
     check_output_dir,
     load_matrix,
     progress_bar,
@@ -84,11 +85,11 @@ def build(
     batch_size: Annotated[int, typer.Option(min=1, help="Items encoded and committed per batch.")] = 4096,
     galleries_dir: DirOpt = None,
     backend: BackendOpt = DEFAULT_BACKEND,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Encode captions or image features with MODEL and store them as gallery NAME."""
     import asyncio
 
-    from ..galleries.store import ModelRef
     from ..runtime.engine import Engine
     from ..serving.galleries import NewItem, add_items
 
@@ -100,8 +101,8 @@ def build(
     feats = load_matrix(images, "image features", mmap=True) if images is not None else None
     n = len(texts) if texts is not None else len(feats)  # type: ignore[arg-type]
     extra = _read_payloads(payloads, n) if payloads is not None else None
-    engine = Engine.open(model, backend=backend)  # after the inputs: bad input fails before a model loads
-    ref = ModelRef.from_artifact(engine.artifact)
+    engine = Engine.open(model, backend=backend, precision=precision)  # after the inputs: bad input first
+    ref = engine.model_ref()
     store = _store(galleries_dir)
     kind = "captions" if texts is not None else "images"
     info = store.create(name, kind=kind, model=ref, exist_ok=append)

@@ -10,6 +10,7 @@ import typer
 
 from ..runtime.engine import DEFAULT_BACKEND
 from ..runtime.onnx_export import DEFAULT_FORM
+from .common import PrecisionOpt
 
 
 def export(
@@ -40,7 +41,7 @@ def info(
     strict: Annotated[
         bool, typer.Option("--strict", help="Fail if the first provider is not obtained.")
     ] = False,
-    precision: Annotated[str, typer.Option("--precision", help="onnx: fp32 or fp16.")] = "fp32",
+    precision: PrecisionOpt = "fp32",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Describe a model and the execution provider(s) its sessions actually got."""

@@ -10,6 +10,8 @@ import typer
 from lnserve.errors import UserInputError
 from lnserve.extras import require, require_installed
 
+from ..runtime.precisions import HELP as PRECISION_HELP
+
 if TYPE_CHECKING:
     from ..serving.registry import ModelDirs
     from ..settings import Settings
@@ -27,6 +29,9 @@ def serve(
     ] = None,
     host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8000).")] = None,
+    precision: Annotated[
+        str | None, typer.Option("--precision", help=f"Precision profile: {PRECISION_HELP} (default fp32).")
+    ] = None,
     backend: Annotated[
         str | None, typer.Option("--backend", help="Inference backend: onnx or torch.")
     ] = None,
@@ -85,6 +90,7 @@ def serve(
             "host": host,
             "port": port,
             "backend": backend,
+            "precision": precision,
             "galleries_dir": galleries_dir,
         }.items()
         if v is not None
@@ -113,9 +119,13 @@ def _require_torch_where_needed(settings: Settings, model_dirs: ModelDirs) -> No
     before any model loads or the port is bound (not a failed start-up after both)."""
     from ...converters.artifact import Artifact
     from ..runtime.engine import needs_torch
+    from ..runtime.precisions import backend_for
 
     if settings.backend == "torch":
         require("torch", "torch", "--backend torch")
+        return
+    if backend_for(settings.precision, settings.backend) == "torch":
+        require("torch", "torch", f"--precision {settings.precision}")
         return
     if settings.strict_provider:  # no fallback to torch: the model's load refuses it, with its own code
         return

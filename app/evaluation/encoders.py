@@ -23,8 +23,10 @@ class EngineEncoder:
         self.tokenize = tokenizer_for(engine.tokenizer_name, pretokenized=False)
 
     @classmethod
-    def open(cls, model: Path, *, backend: str = DEFAULT_BACKEND, bar: Bar = no_bar) -> EngineEncoder:
-        return cls(Engine.open(model, backend=backend), bar)
+    def open(
+        cls, model: Path, *, backend: str = DEFAULT_BACKEND, precision: str = "fp32", bar: Bar = no_bar
+    ) -> EngineEncoder:
+        return cls(Engine.open(model, backend=backend, precision=precision), bar)
 
     @property
     def name(self) -> str:

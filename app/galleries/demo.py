@@ -61,7 +61,7 @@ def install_demo_gallery(store: GalleryStoreAPI, *, engine: Any = None) -> Galle
 
     demo = shipped_demo()
     artifact = engine.artifact if engine is not None else read_artifact(demo.path)
-    ref = ModelRef.from_artifact(artifact)
+    ref = engine.model_ref() if engine is not None else ModelRef.from_artifact(artifact)
     feats, ids, payloads = demo.gallery_data()
     info = None
     with contextlib.suppress(GalleryNotFoundError):

@@ -32,6 +32,7 @@ from lnserve.storage import storage_full
 
 from ...converters import bounded_json
 from ..runtime.model_ref import ModelRef
+from ..runtime.precisions import describe_identity
 from . import integrity
 from .errors import DuplicateItemError, GalleryCorruptError, GalleryNotFoundError, ItemNotFoundError
 from .layout import DB, LOCK, VECTORS, GalleryInfo, State
@@ -290,13 +291,18 @@ class GalleryRepository:
                 if meta.get("model_identity") is not None:
                     db.execute("ROLLBACK")
                     return
-                meta["model_identity"] = model.identity
+                meta["model_identity"] = model.identity_for(info.kind)
                 db.execute("UPDATE meta SET value = ? WHERE key = 'info'", (json.dumps(meta),))
                 db.execute("COMMIT")
         except sqlite3.OperationalError as exc:  # read-only: it stays pinned to the manifest's bytes
             log.warning("gallery %s: cannot record its model identity (%s)", name, exc)
             return
-        log.info("gallery %s: now pinned to model %s by identity %s", name, model.name, model.identity[:12])
+        log.info(
+            "gallery %s: now pinned to model %s by identity %s",
+            name,
+            model.name,
+            describe_identity(model.identity_for(info.kind)),
+        )
 
     # -- items --------------------------------------------------------------------------------------------
     def append_items(self, db: sqlite3.Connection, state: State, items: NewItems, data: bytes) -> None:

@@ -16,6 +16,7 @@ from ...converters.bounded_json import check_depth
 from ...converters.families import family_of
 from ...converters.url_segment import SEGMENT_RULE, segment_fault
 from ..runtime.model_ref import ModelRef
+from ..runtime.precisions import describe_identity
 from ..runtime.retrieval import Side
 from .errors import (
     DuplicateItemError,
@@ -111,14 +112,14 @@ def check_compatible(info: GalleryInfo, *, kind: str | None = None, model: Model
     if model is not None and not model.matches(info):
         raise GalleryMismatchError(
             f"gallery {info.name!r} was embedded with model {info.model!r} ({_pin(info)}), "
-            f"not {model.name!r} (identity {model.identity[:12]})"
+            f"not {model.name!r} (identity {describe_identity(model.identity_for(info.kind))})"
         )
 
 
 def _pin(info: GalleryInfo) -> str:
     """How a gallery pins its model, for messages."""
     if info.model_identity is not None:
-        return f"identity {info.model_identity[:12]}"
+        return f"identity {describe_identity(info.model_identity)}"
     return f"manifest sha256 {info.model_sha256[:12]}"
 
 

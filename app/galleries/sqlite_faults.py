@@ -9,7 +9,6 @@ import fcntl
 import json
 import math
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...converters.families import FAMILIES, may_hold
+from ..runtime.precisions import IDENTITY
 from ..runtime.retrieval import metric_for
 from . import integrity
 from .errors import (
@@ -75,9 +75,6 @@ _META_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
 def meta_values(meta: Any) -> dict[str, Any]:
     """The gallery description's fields, each value checked (it is read from disk: never trusted).
     Raises ValueError with the reason."""
@@ -90,7 +87,7 @@ def meta_values(meta: Any) -> dict[str, Any]:
             raise ValueError(f"the gallery description has no valid {key!r} ({value!r:.40})")
         values[key] = value
     identity = meta.get("model_identity")
-    if identity is not None and not (isinstance(identity, str) and _HEX64.fullmatch(identity)):
+    if identity is not None and not (isinstance(identity, str) and IDENTITY.fullmatch(identity)):
         raise ValueError(f"the gallery description has no valid 'model_identity' ({identity!r:.40})")
     try:
         metric = metric_for(values["method"], values["family"])

@@ -127,7 +127,7 @@ class GalleryStore:
             method=model.method,
             metric=metric_for(model.method, model.family),
             created_at=time.time(),
-            model_identity=model.identity,
+            model_identity=model.identity_for(kind),
         )
         return info if self.repo.create(info) else self._existing(name, kind, model, exist_ok)
 

@@ -21,6 +21,8 @@ from ...converters.artifact import Artifact, read_artifact
 from ...converters.families import Family, family_of
 from .bucketing import length_batches, pad_ids, reverse_padded
 from .errors import EncodeInputError, ProviderUnavailableError
+from .model_ref import ModelRef
+from .precisions import EXACT, backend_for
 from .scoring import error_matrix
 from .text import (
     MODEL,
@@ -107,9 +109,15 @@ def needs_torch(artifact: Artifact) -> str | None:
 
 
 def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
-    """The named backend. Callers pass every option; the torch backend takes only ``threads`` (providers,
-    strict and precision are onnxruntime's). ``onnx`` on an artifact only torch can run falls back to
-    ``torch`` with a warning (the service keeps its one backend setting), unless ``strict=True``."""
+    """The named backend. Callers pass every option; the torch backend takes ``threads`` and
+    ``precision`` (providers and strict are onnxruntime's). ``onnx`` on an artifact only torch can run
+    falls back to ``torch`` with a warning (the service keeps its one backend setting), unless
+    ``strict=True``; so does ``precision="bf16"`` (``runtime.precisions``: bf16 is torch's)."""
+    precision = options.get("precision", EXACT)
+    wanted = backend_for(precision, backend) if backend in BACKENDS else backend
+    if wanted != backend:
+        log.info("%s: precision %s runs on the %s backend", artifact.name, precision, wanted)
+        backend = wanted
     reason = needs_torch(artifact)
     if backend == "onnx" and reason:
         if options.get("strict"):
@@ -121,7 +129,7 @@ def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
         require("torch", "torch", "--backend torch")
         from .torch_backend import TorchBackend
 
-        return TorchBackend(artifact, threads=options.get("threads"))
+        return TorchBackend(artifact, threads=options.get("threads"), precision=precision)
     if backend == "onnx":
         from .onnx_backend import OnnxBackend
 
@@ -159,6 +167,15 @@ class Engine:
     def open(cls, path: Path | str, *, backend: str = DEFAULT_BACKEND, **options: Any) -> Engine:
         artifact = read_artifact(Path(path))
         return cls(artifact, open_backend(artifact, backend, **options))
+
+    @property
+    def precision(self) -> str:
+        """The served precision profile (``runtime.precisions``)."""
+        return str(getattr(self.backend, "precision", EXACT))
+
+    def model_ref(self) -> ModelRef:
+        """The identity galleries pin for this engine's vectors (the precision included)."""
+        return ModelRef.from_artifact(self.artifact, self.precision)
 
     # -- text ---------------------------------------------------------------------------------------
     def eos_for(self, eos: bool | None) -> bool:

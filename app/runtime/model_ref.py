@@ -13,10 +13,14 @@ from lnserve.hashing import sha256_file
 
 from ...converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
 from ...converters.families import family_of
+from .precisions import EXACT, check_precision, pinned_precision, with_precision
 
 
 class PinnedModel(Protocol):
     """What a gallery records of the model that embedded it (``GalleryInfo`` has these)."""
+
+    @property
+    def kind(self) -> str: ...
 
     @property
     def model_identity(self) -> str | None: ...
@@ -36,9 +40,10 @@ class ModelRef:
     dim: int
     manifest_sha256: str = ""  # of manifest.json now (recorded with new galleries, for information)
     legacy_pins: frozenset[str] = frozenset()  # manifest sha256s galleries made before identities pinned
+    precision: str = EXACT  # the served profile (``runtime.precisions``)
 
     @classmethod
-    def from_artifact(cls, artifact: Any) -> ModelRef:
+    def from_artifact(cls, artifact: Any, precision: str = EXACT) -> ModelRef:
         m = artifact.manifest
         method = family_of(m).method_of(m)
         manifest_sha = sha256_file(artifact.path / MANIFEST)
@@ -51,11 +56,19 @@ class ModelRef:
             dim=int(m["dims"]["output_dim"]),
             manifest_sha256=manifest_sha,
             legacy_pins=frozenset(p for p in (manifest_sha, before_export) if p),
+            precision=check_precision(precision),
         )
+
+    def identity_for(self, kind: str) -> str:
+        """What a gallery of ``kind`` pins: the identity with the precision its vectors were made in (an
+        int8 caption gallery is not searched by fp32 queries; image galleries are the same in fp32, int8
+        and bf16, whose image projection is float32)."""
+        return with_precision(self.identity, pinned_precision(self.precision, kind))
 
     def matches(self, info: PinnedModel) -> bool:
         """Whether this model made the gallery's vectors: the same identity; for a gallery made before
-        identities existed, the manifest it pinned is this model's (now, or before ``lnserve export``)."""
+        identities existed, the manifest it pinned is this model's (now, or before ``lnserve export``),
+        served so that its vectors are float32 ones."""
         if info.model_identity is not None:
-            return info.model_identity == self.identity
-        return info.model_sha256 in self.legacy_pins
+            return info.model_identity == self.identity_for(info.kind)
+        return info.model_sha256 in self.legacy_pins and pinned_precision(self.precision, info.kind) == EXACT

@@ -22,13 +22,8 @@ from ...converters.families import family_of
 from .errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 from .fused_op import FUSED_CELLS
 from .fused_op.loader import fused_op_status, register
-from .onnx_export import (
-    DEFAULT_FORM,
-    EXPORT_FORMAT,
-    PRECISIONS,
-    build_fp16_graphs,
-    build_graphs,
-)
+from .onnx_export import DEFAULT_FORM, EXPORT_FORMAT, build_fp16_graphs, build_graphs
+from .precisions import EXACT, backend_for
 
 log = logging.getLogger("lnserve.runtime")
 
@@ -84,13 +79,13 @@ class OnnxBackend:
         fused_op: bool = True,
         fused_library: Path | None = None,
     ) -> None:
-        if precision not in PRECISIONS:
-            raise EncodeInputError(
-                f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
-            )
+        if backend_for(precision, "onnx") != "onnx":
+            raise EncodeInputError(f"precision {precision} runs on the torch backend, not onnx")
         self.precision = precision
         self.requested = list(providers) if providers else default_providers()
         self.strict = strict
+        if precision == "int8" and self.requested[0] != CPU:
+            self._int8_on_cpu(explicit=bool(providers))
         if self.requested[0] in (CUDA, TENSORRT) and not cuda_device_present():
             self._fallback(["no NVIDIA device visible"])
             self.requested = [p for p in self.requested if p not in (CUDA, TENSORRT)] or [CPU]
@@ -109,6 +104,16 @@ class OnnxBackend:
                 if self.requested[0] not in self.providers:
                     self._fallback(self.providers)
 
+    def _int8_on_cpu(self, *, explicit: bool) -> None:
+        """int8 is a CPU profile (MLAS u8s8 kernels): asked for with a GPU provider named, it is an error;
+        with the default providers (CUDA first on a GPU host), it runs on the CPU provider, as logged."""
+        if explicit:
+            raise ProviderUnavailableError(
+                f"precision int8 runs on {CPU}, not {self.requested[0]}; use fp16 on a GPU"
+            )
+        log.info("precision int8 runs on %s", CPU)
+        self.requested = [CPU]
+
     def _fallback(self, got: list[str]) -> None:
         """Strict mode fails at startup instead of silently running on the CPU."""
         if self.strict:
@@ -126,9 +131,9 @@ class OnnxBackend:
             return  # nothing to fuse (gru, LSTM cells): not worth a note
         why = ""
         exported = artifact.manifest.get("onnx")
-        if self.requested[0] != CPU or self.precision != "fp32" or form not in (None, DEFAULT_FORM):
-            why = f"fused step is for the CPU provider, fp32 and the {DEFAULT_FORM} form"
-        elif exported and form in (None, exported.get("form")):
+        if self.requested[0] != CPU or self.precision == "fp16" or form not in (None, DEFAULT_FORM):
+            why = f"fused step is for the CPU provider, fp32 or int8, and the {DEFAULT_FORM} form"
+        elif exported and form in (None, exported.get("form")) and self.precision == EXACT:
             why = "the artifact's ONNX export runs as exported (standard ops, no fused step)"
         elif not (status := fused_op_status(library)).available:
             why = f"fused step unavailable: {status.reason}"
@@ -149,7 +154,7 @@ class OnnxBackend:
             graphs = build_fp16_graphs(artifact, form=form or DEFAULT_FORM, check=False)  # ORT validates
             return {part: model.SerializeToString() for part, model in graphs.items()}
         exported = artifact.manifest.get("onnx")
-        if exported and form in (None, exported.get("form")):
+        if exported and form in (None, exported.get("form")) and self.precision == EXACT:
             if exported.get("export_format", 0) > EXPORT_FORMAT:
                 raise OnnxModelError(
                     f"{artifact.path}: ONNX export format {exported['export_format']} is newer than this "
@@ -165,7 +170,9 @@ class OnnxBackend:
                 sources[part] = str(path)
             return sources
         fused = self.graph == "fused"  # only ever in memory: exports stay standard ONNX
-        graphs = build_graphs(artifact, form=form or DEFAULT_FORM, check=False, fused=fused)  # ORT validates
+        graphs = build_graphs(  # int8: built from the weights too (exports are the exact profile)
+            artifact, form=form or DEFAULT_FORM, check=False, fused=fused, precision=self.precision
+        )  # check=False: ORT validates
         return {part: model.SerializeToString() for part, model in graphs.items()}
 
     def _session(self, source: bytes | str, options: ort.SessionOptions, part: str) -> ort.InferenceSession:

@@ -24,7 +24,6 @@ from .onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 EXPORT_FORMAT = 1  # bump when the graph I/O contract changes; the runtime refuses newer ones
 DEFAULT_OPSET = 18
 FP16_OPSET = 23
-PRECISIONS = ("fp32", "fp16")
 DEFAULT_FORM = "scan"  # measured: benchmarks/onnx_graph_forms.py (README, "ONNX graph form")
 ONNX_DIR = "onnx"
 
@@ -53,10 +52,12 @@ def build_graphs(
     form: str = DEFAULT_FORM,
     check: bool = True,
     fused: bool = False,
+    precision: str = "fp32",
 ) -> dict[str, onnx.ModelProto]:
     """Every graph of the artifact; ``check=False`` skips ``onnx.checker`` for graphs that go straight to
     onnxruntime (see ``build_recurrent_encoder_graph``). ``fused``: lngru / rlngru parts use the fused-step
-    custom op (in-memory serving graphs only: ``export_onnx`` never asks for it)."""
+    custom op (in-memory serving graphs only: ``export_onnx`` never asks for it). ``precision``: fp32 or
+    int8 recurrent products (``onnx_graph.gemms``); the image projection stays float32 in both."""
     partial = artifact.partial_rms
     if partial != 1.0:
         raise OnnxModelError(
@@ -71,6 +72,7 @@ def build_graphs(
             form=_form_for(cell, form),
             check=check,
             fused=fused and cell in FUSED_CELLS,
+            precision=precision,
         )
         for part, (cell, weights) in recurrent_parts(artifact).items()
     }

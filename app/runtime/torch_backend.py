@@ -58,7 +58,7 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, artifact: Artifact, *, threads: int | None = None) -> None:
+    def __init__(self, artifact: Artifact, *, threads: int | None = None, precision: str = "fp32") -> None:
         if threads:
             torch.set_num_threads(threads)
         self.module = build_module(artifact)

@@ -85,10 +85,11 @@ def model_for(registry: ModelRegistry, info: GalleryInfo, requested: str | None)
                 f"gallery {info.name!r} was embedded with model {info.model!r}, which this server does "
                 "not serve"
             ) from None
-    if not entry.model_ref().matches(info):
+    ref = entry.model_ref()
+    if not ref.matches(info):
         raise GalleryMismatchError(
             f"gallery {info.name!r} was embedded with model {info.model!r}, not with {entry.name!r} "
-            "(different weights, vocabulary, cell or options)"
+            f"(different weights, vocabulary, cell, options or precision; this one serves {ref.precision})"
         )
     return entry
 

@@ -566,7 +566,7 @@ class ModelRegistry:
         engine: Engine = await entry.batcher.run_exclusive(
             lambda: Engine.open(entry.path, backend=s.backend, **options)
         )
-        entry.ref = await asyncio.to_thread(ModelRef.from_artifact, engine.artifact)
+        entry.ref = await asyncio.to_thread(engine.model_ref)
         entry.batcher.start(_engine_runner(engine, s.max_batch_size, entry))
         entry.engine = engine
         await entry.encode_ids(warmup_ids(entry), normalize=None)

@@ -10,6 +10,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import JSONResponse
 
+from ...runtime.precisions import Precision
 from .counted import Counted, items_in
 from .fields import DEMO_IMAGE, Eos, ModelName, Pretokenized
 from .retrieval import GallerySummary
@@ -165,7 +166,7 @@ class ModelInfo(BaseModel):
     demo: bool
     backend: str
     providers: list[str] = Field(description="Execution providers actually in use.")
-    precision: Literal["fp32", "fp16"] = Field("fp32", description="onnx backend precision profile.")
+    precision: Precision = Field("fp32", description="The precision profile served (docs/precision.md).")
     graph: Literal["plain", "fused"] | None = Field(
         None,
         description="onnx backend: fused (the lngru / rlngru step's norms and gates as one custom op) or "

@@ -15,17 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..fused_op import DOMAIN, FUSED_CELLS, LN_OP, RMS_OP
-from .builder import GraphBuilder, f32
+from .builder import GraphBuilder
 from .gru import GruArrays, GruCell, GruNorms
 
 
 class FusedGruCell(GruCell):
     """A ``GruCell`` whose step is one MatMul and one fused node."""
 
-    def __init__(self, g: GraphBuilder, cell: str, arrays: GruArrays, opset: int) -> None:
-        super().__init__(g, cell, arrays, opset)
-        del g.inits[self.u_ru], g.inits[self.u_c]  # stored once, as the joint matrix
-        self.u = g.const(f32(np.concatenate([arrays.u_ru, arrays.u_c], axis=1)), "U")
+    def recurrent_weights(self, g: GraphBuilder, arrays: GruArrays) -> None:
+        """[U_ru | U_c] stored once, as the joint matrix."""
+        self.u = self.gemms.weight(g, np.concatenate([arrays.u_ru, arrays.u_c], axis=1), "U")
 
     def fused_norms(self) -> GruNorms:
         if self.norms is None or self.cell not in FUSED_CELLS:
@@ -35,7 +34,7 @@ class FusedGruCell(GruCell):
     def step(self, g: GraphBuilder, states: list[str], xs: list[str]) -> list[str]:
         (h,), (a_t, c_t) = states, xs
         norms = self.fused_norms()
-        inputs = [g.op("MatMul", [h, self.u]), a_t, c_t, h, norms.hh_ru.gain, norms.hh_c.gain]
+        inputs = [self.gemms.by_state(g, h, self.u), a_t, c_t, h, norms.hh_ru.gain, norms.hh_c.gain]
         if self.cell == "lngru":
             assert norms.hh_c.bias is not None  # lngru norms always carry a bias (read_norms)
             return [g.op(LN_OP, [*inputs, norms.hh_c.bias], domain=DOMAIN)]

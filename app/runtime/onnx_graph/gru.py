@@ -15,6 +15,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .builder import GraphBuilder, f32, need, split_equal
+from .gemms import Float32Gemms, Gemms
 from .norms import Norm, NormArrays, NormedCell, add_norm, read_norms
 
 GRU_NORMS = ("norm_ih_ru", "norm_ih_c", "norm_hh_ru", "norm_hh_c")  # norm1 .. norm4 of spec §4.2
@@ -68,13 +69,16 @@ class GruCell(NormedCell):
 
     n_states = 1  # h
 
-    def __init__(self, g: GraphBuilder, cell: str, arrays: GruArrays, opset: int) -> None:
+    def __init__(
+        self, g: GraphBuilder, cell: str, arrays: GruArrays, opset: int, gemms: Gemms | None = None
+    ) -> None:
         self.cell, self.opset = cell, opset
+        self.gemms = gemms or Float32Gemms()
         self.d = d = int(arrays.u_c.shape[0])
         self.seq_widths = [2 * d, d]  # A and C
-        self.w_ru, self.b_ru = g.const(f32(arrays.w_ru), "W_ru"), g.const(f32(arrays.b_ru), "b_ru")
-        self.w_c, self.b_c = g.const(f32(arrays.w_c), "W_c"), g.const(f32(arrays.b_c), "b_c")
-        self.u_ru, self.u_c = g.const(f32(arrays.u_ru), "U_ru"), g.const(f32(arrays.u_c), "U_c")
+        self.w_ru, self.b_ru = self.gemms.weight(g, arrays.w_ru, "W_ru"), g.const(f32(arrays.b_ru), "b_ru")
+        self.w_c, self.b_c = self.gemms.weight(g, arrays.w_c, "W_c"), g.const(f32(arrays.b_c), "b_c")
+        self.recurrent_weights(g, arrays)
         self.norms: GruNorms | None = None
         if arrays.norms:
             (s1, b1), (s2, b2), (s3, b3), (s4, b4) = (arrays.norms[name] for name in GRU_NORMS)
@@ -86,10 +90,17 @@ class GruCell(NormedCell):
                 hh_c=add_norm(g, "s_hh_c", s4, "b_hh_c", b4),
             )
 
+    def recurrent_weights(self, g: GraphBuilder, arrays: GruArrays) -> None:
+        """U and Ux as two matrices (the fused step stores them as one)."""
+        self.u_ru, self.u_c = (
+            self.gemms.weight(g, arrays.u_ru, "U_ru"),
+            self.gemms.weight(g, arrays.u_c, "U_c"),
+        )
+
     def hoisted_inputs(self, g: GraphBuilder, x: str) -> list[str]:
         """A = norm1(x W + b) + b3 (T, B, 2d) and C = norm2(x Wx + bx) (T, B, d), for all tokens at once."""
-        a = g.op("Add", [g.op("MatMul", [x, self.w_ru]), self.b_ru])
-        c = g.op("Add", [g.op("MatMul", [x, self.w_c]), self.b_c])
+        a = g.op("Add", [self.gemms.by_token(g, x, self.w_ru), self.b_ru])
+        c = g.op("Add", [self.gemms.by_token(g, x, self.w_c), self.b_c])
         if self.norms is None:
             return [a, c]
         return [self.norm(g, a, self.norms.in_ru), self.norm(g, c, self.norms.in_c)]
@@ -104,10 +115,11 @@ class GruCell(NormedCell):
 
     def recurrent_terms(self, g: GraphBuilder, h: str, a_t: str) -> tuple[str, str]:
         """The gates' pre-activation A_t + norm3(h U) and the candidate's recurrent term norm4(h Ux)."""
+        hu_c = self.gemms.by_state(g, h, self.u_c)
         if self.norms is None:  # plain gru: A_t rides in as the GEMM's C operand
-            return g.op("Gemm", [h, self.u_ru, a_t]), g.op("MatMul", [h, self.u_c])
-        pre = g.op("Add", [self.norm(g, g.op("MatMul", [h, self.u_ru]), self.norms.hh_ru), a_t])
-        return pre, self.norm(g, g.op("MatMul", [h, self.u_c]), self.norms.hh_c)
+            return self.gemms.by_state_plus(g, h, self.u_ru, a_t), hu_c
+        pre = g.op("Add", [self.norm(g, self.gemms.by_state(g, h, self.u_ru), self.norms.hh_ru), a_t])
+        return pre, self.norm(g, hu_c, self.norms.hh_c)
 
     def update(self, g: GraphBuilder, h: str, u: str, hh: str) -> str:
         """h' = u*h + (1 - u)*hh, written as hh + u*(h - hh): three ops instead of four."""

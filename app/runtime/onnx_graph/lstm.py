@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .builder import GraphBuilder, f32, need
+from .gemms import Float32Gemms, Gemms
 from .norms import Norm, NormArrays, NormedCell, add_norm, read_norms
 
 LSTM_NORMS = ("norm_ih", "norm_hh", "norm_cell")  # norm1 .. norm3 of spec §4.5
@@ -54,13 +55,16 @@ class LstmCell(NormedCell):
 
     n_states = 2  # h, c (the carried c is the one before norm3)
 
-    def __init__(self, g: GraphBuilder, cell: str, arrays: LstmArrays, opset: int) -> None:
+    def __init__(
+        self, g: GraphBuilder, cell: str, arrays: LstmArrays, opset: int, gemms: Gemms | None = None
+    ) -> None:
         self.cell, self.opset = cell, opset
+        self.gemms = gemms or Float32Gemms()
         self.d = d = int(arrays.u.shape[0])
         self.seq_widths = [4 * d]  # P
-        self.w = g.const(f32(arrays.w), "W")
+        self.w = self.gemms.weight(g, arrays.w, "W")
         self.b_in = g.const(f32(arrays.b_in), "b")
-        self.u = g.const(f32(arrays.u), "U")
+        self.u = self.gemms.weight(g, arrays.u, "U")
         self.b_post: str | None = None
         self.norms: LstmNorms | None = None
         if not arrays.norms:
@@ -76,7 +80,7 @@ class LstmCell(NormedCell):
 
     def hoisted_inputs(self, g: GraphBuilder, x: str) -> list[str]:
         """P = x W + b, then + b again (lstm) or norm1 with b1 + b2 + b as its bias: (T, B, 4d)."""
-        p = g.op("Add", [g.op("MatMul", [x, self.w]), self.b_in])
+        p = g.op("Add", [self.gemms.by_token(g, x, self.w), self.b_in])
         if self.norms is None:
             assert self.b_post is not None
             return [g.op("Add", [p, self.b_post])]
@@ -86,7 +90,7 @@ class LstmCell(NormedCell):
         """(h', c') from (h, c) and this step's rows of P."""
         (h, c), (p_t,) = states, xs
         d = self.d
-        rec = g.op("MatMul", [h, self.u])
+        rec = self.gemms.by_state(g, h, self.u)
         if self.norms is not None:
             rec = self.norm(g, rec, self.norms.hidden)
         split = g.cached("c_split_3d_d", np.array([3 * d, d], np.int64))

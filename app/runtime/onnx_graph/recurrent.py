@@ -26,6 +26,7 @@ from ....models.cell_types import CELL_TYPES, LSTM_CELLS
 from ..fused_op import DOMAIN, DOMAIN_VERSION, FUSED_CELLS
 from .builder import MIN_OPSET, GraphBuilder, make_model, value_info
 from .fused import FusedGruCell
+from .gemms import Gemms, gemms_for
 from .gru import GruCell, native_gru, read_gru
 from .lstm import LstmCell, read_lstm
 
@@ -53,6 +54,7 @@ def build_recurrent_encoder_graph(
     form: str = "scan",
     check: bool = True,
     fused: bool = False,
+    precision: str = "fp32",
 ) -> onnx.ModelProto:
     """Build the encoder graph of one recurrent part from its weights (module naming, PyTorch layout).
 
@@ -60,8 +62,12 @@ def build_recurrent_encoder_graph(
     GRU op, plain gru only). All are exact to float32 rounding. ``check``: run ``onnx.checker`` (see
     ``make_model``). ``fused``: lngru / rlngru steps as one ``ai.lnserve`` custom op after the GEMMs
     (``onnx_graph.fused``; runs only where ``runtime.fused_op`` is registered, never exported).
+    ``precision``: ``fp32`` or ``int8`` products (``onnx_graph.gemms``; int8 runs on onnxruntime only).
     """
     check_options(cell, form, opset)
+    if precision != "fp32" and form == "native":
+        raise ValueError(f"the native ONNX GRU op has no {precision} form; use the scan or loop form")
+    gemms = gemms_for(precision)
     if fused and (cell not in FUSED_CELLS or form == "native"):
         raise ValueError(f"the fused step is for cells {FUSED_CELLS} in the scan or loop form")
     n_in, d = encoder_dims(weights)
@@ -69,11 +75,11 @@ def build_recurrent_encoder_graph(
     if form == "native":
         h = native_gru(g, weights, X, LENGTHS, n_in, d)
     else:
-        rnn = make_cell(g, cell, weights, n_in, d, opset, fused=fused)
+        rnn = make_cell(g, cell, weights, n_in, d, opset, fused=fused, gemms=gemms)
         seqs = rnn.hoisted_inputs(g, X)
         every_h = scan_every_state(g, rnn, seqs) if form == "scan" else loop_every_state(g, rnn, seqs)
         h = gather_last_valid(g, every_h, d)
-    domains = {DOMAIN: DOMAIN_VERSION} if fused else None
+    domains = {**gemms.domains, **({DOMAIN: DOMAIN_VERSION} if fused else {})}
     return encoder_model(g, cell, h, t_dim="T", n_in=n_in, d=d, opset=opset, check=check, domains=domains)
 
 
@@ -102,11 +108,12 @@ def make_cell(
     opset: int,
     *,
     fused: bool = False,
+    gemms: Gemms | None = None,
 ) -> RecurrentCell:
     if cell in LSTM_CELLS:
-        return LstmCell(g, cell, read_lstm(cell, weights, n_in, d), opset)
+        return LstmCell(g, cell, read_lstm(cell, weights, n_in, d), opset, gemms)
     gru_cell = FusedGruCell if fused else GruCell
-    return gru_cell(g, cell, read_gru(cell, weights, n_in, d), opset)
+    return gru_cell(g, cell, read_gru(cell, weights, n_in, d), opset, gemms)
 
 
 def zero_state(g: GraphBuilder, d: int) -> str:
