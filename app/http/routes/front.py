@@ -78,10 +78,14 @@ def _models(models: list[dict[str, Any]]) -> str:
         f"<tr><td><code>{escape(m['name'])}</code>{' (default)' if m['default'] else ''}</td>"
         f"<td>{_state(m['state'])}</td><td>{escape(str(m['family']))}</td>"
         f"<td>{escape(', '.join(f'{k}: {v}' for k, v in m['cells'].items()))}</td><td>{m['dim']}</td>"
-        f"<td>{escape(m['backend'])} ({escape(', '.join(m['providers']) or '-')})</td></tr>"
+        f"<td>{escape(m['backend'])} ({escape(', '.join(m['providers']) or '-')})</td>"
+        f"<td>{escape(str(m['precision']))}</td></tr>"
         for m in models
     )
-    head = "<tr><th>model</th><th>state</th><th>family</th><th>cells</th><th>dim</th><th>backend</th></tr>"
+    head = (
+        "<tr><th>model</th><th>state</th><th>family</th><th>cells</th><th>dim</th><th>backend</th>"
+        "<th>precision</th></tr>"
+    )
     return f'<table id="models">{head}{rows}</table>'
 
 

@@ -40,6 +40,7 @@ async def info(registry: RegistryDep, settings: SettingsDep, store: GalleriesDep
             **_tei_fields(default, settings),
             "version": lnserve_version(),
             "backend": settings.backend,
+            "precision": settings.precision,
             "engine": engine(),  # one process's, or a Ray replica's (lnserve.app.scale)
             "ready": registry.ready,
             "default_model": registry.default_name,
@@ -50,12 +51,15 @@ async def info(registry: RegistryDep, settings: SettingsDep, store: GalleriesDep
     )
 
 
+TEI_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "int8"}
+
+
 def _tei_fields(default: dict[str, Any] | None, settings: Settings) -> dict[str, Any]:
     """text-embeddings-inference's ``/info`` fields, beside ours: TEI load tests and dashboards read them."""
     return {
         "model_id": default["name"] if default else None,
         "model_sha": default["sha256"] if default else None,
-        "model_dtype": {"fp16": "float16"}.get(default["precision"], "float32") if default else None,
+        "model_dtype": TEI_DTYPES[default["precision"]] if default else None,
         "max_concurrent_requests": settings.inflight_limit(),
         "max_input_length": settings.max_tokens,
         "max_batch_tokens": settings.max_batch_tokens,

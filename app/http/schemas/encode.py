@@ -198,6 +198,7 @@ class EngineInfo(BaseModel):
 class Info(BaseModel):
     version: str
     backend: str
+    precision: Precision = Field("fp32", description="The precision profile set (docs/precision.md).")
     engine: EngineInfo
     ready: bool
     default_model: str | None
@@ -207,7 +208,9 @@ class Info(BaseModel):
     # text-embeddings-inference's /info fields (TEI serves one model: here, the default one)
     model_id: str | None = Field(None, description="TEI: the model the TEI routes answer with (the default).")
     model_sha: str | None = Field(None, description="TEI: sha256 of that model's manifest.json.")
-    model_dtype: str | None = Field(None, description="TEI: float32 or float16.")
+    model_dtype: str | None = Field(
+        None, description="TEI: float32, float16, bfloat16 or int8 (the default model's precision)."
+    )
     model_type: dict[str, dict[str, str]] = Field(
         default_factory=lambda: {"embedding": {"pooling": "last"}},
         description="TEI: an embedding model; the vector is the recurrent encoder's last state.",
