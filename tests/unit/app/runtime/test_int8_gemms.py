@@ -1,0 +1,82 @@
+"""The int8 products of ``onnx_graph.gemms``: per-column weight scales, activations that cannot saturate
+AVX2's 16-bit pair sums, and onnxruntime's result equal to the exact integer arithmetic, on whatever CPU
+runs the test (on an AVX2 host without VNNI, a saturating kernel would fail the adversarial case)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from lnserve.app.runtime.onnx_backend import session_options
+from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, make_model, value_info
+from lnserve.app.runtime.onnx_graph.gemms import (
+    ACT_LEVELS,
+    PAIR_BOUND,
+    WEIGHT_LEVELS,
+    ZERO_POINT,
+    Int8Gemms,
+    quantize_columns,
+)
+
+INT16_MAX = 32767
+
+
+def test_a_pair_of_products_fits_int16() -> None:
+    assert 0 <= ZERO_POINT - ACT_LEVELS and ZERO_POINT + ACT_LEVELS <= 255  # uint8 activations
+    assert WEIGHT_LEVELS <= 127 and PAIR_BOUND <= INT16_MAX
+
+
+def test_columns_are_scaled_one_by_one() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 1, (64, 5)).astype(np.float32) * np.array([1e-3, 1.0, 10.0, 0.0, 1e4], np.float32)
+    q, scale = quantize_columns(w)
+    assert q.dtype == np.int8 and np.abs(q.astype(np.int32)).max() <= WEIGHT_LEVELS
+    assert scale[3] == 1.0 and not q[:, 3].any()  # a zero column
+    live = [0, 1, 2, 4]
+    assert (np.abs(q[:, live]).max(axis=0) == WEIGHT_LEVELS).all()  # each column uses its full range
+    assert (np.abs(q * scale - w) <= scale / 2 * (1 + 1e-6)).all()
+
+
+def product_session(w: np.ndarray, how: str) -> ort.InferenceSession:
+    g, gemms = GraphBuilder(), Int8Gemms()
+    name = gemms.weight(g, w, "W")
+    out = gemms.by_state(g, "v", name) if how == "state" else gemms.by_token(g, "v", name)
+    g.nodes.append(helper.make_node("Identity", [out], ["y"]))
+    graph = helper.make_graph(
+        g.nodes,
+        "product",
+        [value_info("v", TensorProto.FLOAT, ["B", w.shape[0]])],
+        [value_info("y", TensorProto.FLOAT, ["B", w.shape[1]])],
+        list(g.inits.values()),
+    )
+    model = make_model(graph, 18, domains=dict(gemms.domains))
+    return ort.InferenceSession(
+        model.SerializeToString(), session_options(1), providers=["CPUExecutionProvider"]
+    )
+
+
+def exact(v: np.ndarray, w: np.ndarray, how: str) -> np.ndarray:
+    """The same quantisation, multiplied in int64 (no saturation possible), scaled back in float64."""
+    peak = np.abs(v).max(axis=1, keepdims=True) if how == "token" else np.ones((len(v), 1))
+    qa = np.rint(v / peak * ACT_LEVELS).astype(np.int64)
+    qw, scale = quantize_columns(w)
+    return (qa @ qw.astype(np.int64)) * (scale.astype(np.float64) / ACT_LEVELS) * peak
+
+
+@pytest.mark.parametrize("how", ["state", "token"])
+def test_onnxruntime_computes_the_exact_integers(how: str) -> None:
+    """Adversarial: activations at +-1 and weights at +-127 of the same sign along k, the worst case for a
+    16-bit pair sum; plus random values."""
+    k, n = 256, 48
+    rng = np.random.default_rng(1)
+    signs = np.where(rng.random(k) < 0.5, -1.0, 1.0).astype(np.float32)
+    w = np.outer(signs, np.ones(n, np.float32)) * rng.uniform(0.5, 1.0, (1, n)).astype(np.float32)
+    worst = np.stack([signs, -signs, np.ones(k, np.float32)])
+    v = np.concatenate([worst, np.tanh(rng.normal(0, 1, (5, k))).astype(np.float32)])
+    if how == "token":
+        v = v * np.array([[3.0], [0.01], [250.0], [1], [2], [3], [4], [5]], np.float32)
+    got = product_session(w, how).run(["y"], {"v": v})[0]
+    want = exact(v, w, how)
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
