@@ -24,7 +24,7 @@ INT16_MAX = 32767
 
 
 def test_a_pair_of_products_fits_int16() -> None:
-    assert 0 <= ZERO_POINT - ACT_LEVELS and ZERO_POINT + ACT_LEVELS <= 255  # uint8 activations
+    assert ZERO_POINT - ACT_LEVELS >= 0 and ZERO_POINT + ACT_LEVELS <= 255  # uint8 activations
     assert WEIGHT_LEVELS <= 127 and PAIR_BOUND <= INT16_MAX
 
 
