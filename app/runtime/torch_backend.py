@@ -1,4 +1,8 @@
-"""Reference backend: the PyTorch modules of ``models``. The only runtime module that imports torch."""
+"""Reference backend: the PyTorch modules of ``models``. The only runtime module that imports torch.
+
+It also runs ``bf16``: the cells' GEMM weights in bfloat16, for which PyTorch's oneDNN picks the CPU's
+AVX-512 BF16 or AMX kernels (onnxruntime has no bf16 GEMM on CPU); everything else stays float32.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,13 @@ import torch
 from ...converters.artifact import Artifact
 from ...converters.errors import ManifestMismatchError
 from ...converters.families import family_of
+from ...models.cells import GRUFamilyCell, LSTMFamilyCell
 from ...models.encoders import OrderEmbedding, OrderEmbeddingConfig, SkipThoughts, SkipThoughtsConfig
 from ...models.recurrence import Recurrence
+from .cpu_features import bf16_unsupported, cpu_flags
+from .errors import EncodeInputError, ProviderUnavailableError
+
+PRECISIONS = ("fp32", "bf16")
 
 
 def build_module(artifact: Artifact) -> torch.nn.Module:
@@ -53,15 +62,49 @@ def build_module(artifact: Artifact) -> torch.nn.Module:
     return module.eval()
 
 
+def gemm_weights_to(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Hold every recurrent cell's ``weight_ih`` / ``weight_hh`` in ``dtype``; norm gains and biases,
+    the cells' biases and the image projection keep theirs (the cells cast around the GEMMs only)."""
+    for cell in module.modules():
+        if isinstance(cell, GRUFamilyCell | LSTMFamilyCell):
+            for name in ("weight_ih", "weight_hh"):
+                weight = getattr(cell, name)
+                setattr(cell, name, torch.nn.Parameter(weight.detach().to(dtype), requires_grad=False))
+
+
 class TorchBackend:
-    """Runs the recurrences and the image projection with the reference PyTorch modules."""
+    """Runs the recurrences and the image projection with the reference PyTorch modules.
+
+    ``precision="bf16"`` needs a CPU with AVX-512 BF16 or AMX (``flags``: the CPU flags to judge, this
+    machine's by default); elsewhere it raises ``ProviderUnavailableError`` rather than run emulated bf16,
+    which is slower than fp32.
+    """
 
     name = "torch"
 
-    def __init__(self, artifact: Artifact, *, threads: int | None = None, precision: str = "fp32") -> None:
+    def __init__(
+        self,
+        artifact: Artifact,
+        *,
+        threads: int | None = None,
+        precision: str = "fp32",
+        flags: frozenset[str] | None = None,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise EncodeInputError(
+                f"precision {precision!r} is not available on the torch backend; expected one of "
+                f"{', '.join(PRECISIONS)}"
+            )
+        if precision == "bf16":
+            reason = bf16_unsupported(cpu_flags() if flags is None else flags)
+            if reason:
+                raise ProviderUnavailableError(f"{artifact.path}: {reason}")
         if threads:
             torch.set_num_threads(threads)
+        self.precision = precision
         self.module = build_module(artifact)
+        if precision == "bf16":
+            gemm_weights_to(self.module, torch.bfloat16)
         self.providers = ["torch-cpu"]
 
     def _part(self, part: str) -> Recurrence:
