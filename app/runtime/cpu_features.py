@@ -60,3 +60,13 @@ def isa_summary(flags: set[str] | frozenset[str]) -> str:
     redundant = {f for _, _, implied in present for f in implied}
     labels = [label for flag, label, _ in present if flag not in redundant]
     return ", ".join(labels) if labels else "none of AVX2/AVX-512"
+
+
+# Flags whose u8 x s8 kernels accumulate in 32 bits (onnxruntime's MLAS: vpdpbusd, AMX tiles).
+INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def int8_scheme_for(flags: set[str] | frozenset[str]) -> str:
+    """The int8 activation scheme (``onnx_graph.gemms.SCHEMES``) for a CPU: ``full`` where products
+    accumulate in 32 bits, ``pair-safe`` where AVX2's ``vpmaddubsw`` sums pairs into a saturating int16."""
+    return "full" if any(f in flags for f in INT8_DOT_FLAGS) else "pair-safe"

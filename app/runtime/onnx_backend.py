@@ -19,10 +19,12 @@ import onnxruntime as ort
 
 from ...converters.artifact import Artifact
 from ...converters.families import family_of
+from .cpu_features import cpu_flags, int8_scheme_for
 from .errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
 from .fused_op import FUSED_CELLS
 from .fused_op.loader import fused_op_status, register
 from .onnx_export import DEFAULT_FORM, EXPORT_FORMAT, build_fp16_graphs, build_graphs
+from .onnx_graph.gemms import SCHEMES
 from .precisions import EXACT, backend_for
 
 log = logging.getLogger("lnserve.runtime")
@@ -78,10 +80,18 @@ class OnnxBackend:
         precision: str = "fp32",
         fused_op: bool = True,
         fused_library: Path | None = None,
+        int8_scheme: str | None = None,
     ) -> None:
         if backend_for(precision, "onnx") != "onnx":
             raise EncodeInputError(f"precision {precision} runs on the torch backend, not onnx")
         self.precision = precision
+        if int8_scheme is not None and int8_scheme not in SCHEMES:
+            raise EncodeInputError(
+                f"unknown int8 scheme {int8_scheme!r}; expected one of {', '.join(SCHEMES)}"
+            )
+        self.int8_scheme = (int8_scheme or int8_scheme_for(cpu_flags())) if precision == "int8" else None
+        if self.int8_scheme:
+            log.info("%s: int8 activations: %s scheme", artifact.name, self.int8_scheme)
         self.requested = list(providers) if providers else default_providers()
         self.strict = strict
         if precision == "int8" and self.requested[0] != CPU:
@@ -171,7 +181,12 @@ class OnnxBackend:
             return sources
         fused = self.graph == "fused"  # only ever in memory: exports stay standard ONNX
         graphs = build_graphs(  # int8: built from the weights too (exports are the exact profile)
-            artifact, form=form or DEFAULT_FORM, check=False, fused=fused, precision=self.precision
+            artifact,
+            form=form or DEFAULT_FORM,
+            check=False,
+            fused=fused,
+            precision=self.precision,
+            int8_scheme=self.int8_scheme or "full",
         )  # check=False: ORT validates
         return {part: model.SerializeToString() for part, model in graphs.items()}
 

@@ -53,11 +53,13 @@ def build_graphs(
     check: bool = True,
     fused: bool = False,
     precision: str = "fp32",
+    int8_scheme: str = "full",
 ) -> dict[str, onnx.ModelProto]:
     """Every graph of the artifact; ``check=False`` skips ``onnx.checker`` for graphs that go straight to
     onnxruntime (see ``build_recurrent_encoder_graph``). ``fused``: lngru / rlngru parts use the fused-step
     custom op (in-memory serving graphs only: ``export_onnx`` never asks for it). ``precision``: fp32 or
-    int8 recurrent products (``onnx_graph.gemms``); the image projection stays float32 in both."""
+    int8 recurrent products (``onnx_graph.gemms``, activations by ``int8_scheme``); the image projection
+    stays float32 in both."""
     partial = artifact.partial_rms
     if partial != 1.0:
         raise OnnxModelError(
@@ -73,6 +75,7 @@ def build_graphs(
             check=check,
             fused=fused and cell in FUSED_CELLS,
             precision=precision,
+            int8_scheme=int8_scheme,
         )
         for part, (cell, weights) in recurrent_parts(artifact).items()
     }

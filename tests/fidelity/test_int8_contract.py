@@ -14,6 +14,7 @@ from lnserve.app.runtime.engine import Engine
 from lnserve.app.runtime.fused_op import FUSED_CELLS
 from lnserve.app.runtime.fused_op.loader import fused_op_status
 from lnserve.app.runtime.onnx_export import build_graphs
+from lnserve.app.runtime.onnx_graph.gemms import SCHEMES
 from lnserve.converters.families import family_of
 from tests.conftest import LEGACY, OE_MODELS, ST_VARIANTS, golden, inputs
 
@@ -33,8 +34,17 @@ def graph(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def int8_engine(path: Path, graph: str) -> Engine:
-    engine = Engine.open(path, backend="onnx", precision="int8", fused_op=graph == "fused")
+@pytest.fixture(params=sorted(SCHEMES))
+def scheme(request: pytest.FixtureRequest) -> str:
+    """Both activation schemes run (exactly) on any CPU: each one's contract is checked here."""
+    return str(request.param)
+
+
+def int8_engine(path: Path, graph: str, scheme: str) -> Engine:
+    engine = Engine.open(
+        path, backend="onnx", precision="int8", fused_op=graph == "fused", int8_scheme=scheme
+    )
+    assert engine.backend.int8_scheme == scheme
     assert engine.precision == "int8" and engine.backend.providers[0] == "CPUExecutionProvider"
     m = engine.artifact.manifest
     fusable = bool(set(family_of(m).cells(m)) & set(FUSED_CELLS))
@@ -43,8 +53,10 @@ def int8_engine(path: Path, graph: str) -> Engine:
 
 
 @pytest.mark.parametrize("name", OE_MODELS)
-def test_order_embedding_vectors_within_the_bar(name: str, graph: str, artifacts: dict[str, Path]) -> None:
-    engine = int8_engine(artifacts[name], graph)
+def test_order_embedding_vectors_within_the_bar(
+    name: str, graph: str, scheme: str, artifacts: dict[str, Path]
+) -> None:
+    engine = int8_engine(artifacts[name], graph, scheme)
     gold = golden(name)
     caps = inputs()["order_embedding"]["captions"]
     for normalize, key in ((True, "sent_emb"), (False, "sent_hidden_raw")):
@@ -55,8 +67,10 @@ def test_order_embedding_vectors_within_the_bar(name: str, graph: str, artifacts
 
 
 @pytest.mark.parametrize("name", ST_VARIANTS)
-def test_skip_thoughts_vectors_within_the_bar(name: str, graph: str, artifacts: dict[str, Path]) -> None:
-    engine = int8_engine(artifacts[name], graph)
+def test_skip_thoughts_vectors_within_the_bar(
+    name: str, graph: str, scheme: str, artifacts: dict[str, Path]
+) -> None:
+    engine = int8_engine(artifacts[name], graph, scheme)
     gold = golden(name)
     sents = inputs()["skipthoughts"]["sentences"]
     for eos in (False, True):
@@ -66,11 +80,11 @@ def test_skip_thoughts_vectors_within_the_bar(name: str, graph: str, artifacts: 
 
 @pytest.mark.parametrize("name", ["oe_order_lngru", "skipthoughts_lngru"])
 def test_batching_and_padding_do_not_change_int8_vectors(
-    name: str, graph: str, artifacts: dict[str, Path]
+    name: str, graph: str, scheme: str, artifacts: dict[str, Path]
 ) -> None:
     """Scales are per token (inputs) or fixed (states), never per batch: a sentence's vector is the same
     alone, in a batch of 3 or of all, whatever the other rows' lengths."""
-    engine = int8_engine(artifacts[name], graph)
+    engine = int8_engine(artifacts[name], graph, scheme)
     key = "order_embedding" if name.startswith("oe") else "skipthoughts"
     texts = inputs()[key]["captions" if key == "order_embedding" else "sentences"]
     together = engine.encode_sentences(texts, pretokenized=True)

@@ -6,19 +6,26 @@ A cell asks for two kinds of product, and int8 quantises each by what is known a
   range, so each token row gets its own scale (its largest magnitude): a row's result never depends on the
   other rows of the batch, so batching and padding cannot change an int8 vector.
 * ``by_state``: the recurrent ``h @ U``. A GRU or LSTM state is a convex mix of tanh values (or ``o *
-  tanh``), so ``|h| <= 1`` always: one fixed scale of 1/127, no statistics, no calibration set.
+  tanh``), so ``|h| <= 1`` always: one fixed scale, no statistics, no calibration set.
 
-Weights are int8, symmetric per output column (``|q| <= 127``). Activations are uint8 in [0, 128]: 64
-levels a side around a zero point of 64. A pair of products then stays within int16 (2 * 128 * 127 =
-32,512), so the AVX2 kernel's ``vpmaddubsw`` never saturates and every x86 CPU computes the same integers as
-AVX-512 VNNI. (Full-range uint8 activations would saturate on AVX2; onnxruntime's remedy, 7-bit weights,
-measured a lower cosine to fp32 than 7-bit activations: 0.99949 against 0.99959 at the published size.)
-Everything else (norms, gates, the state) stays float32.
+Weights are int8, symmetric per output column (``|q| <= 127``). Activations are uint8 around a zero point,
+in one of two schemes (``Int8Scheme``), picked for the CPU by the runtime:
+
+* ``FULL``: [1, 255], 127 levels a side. Exact where the kernel accumulates u8 x s8 products in 32 bits
+  (AVX-512 VNNI, AVX-VNNI, AMX: ``vpdpbusd`` / tiles).
+* ``PAIR_SAFE``: [0, 128], 64 levels a side, for AVX2 without VNNI, whose ``vpmaddubsw`` sums each pair of
+  products into a saturating int16: 2 * 128 * 127 = 32,512 fits, so the integers stay exact. (With full
+  activations a pair reaches 64,770; onnxruntime's remedy, 7-bit weights, measured a lower cosine to fp32
+  than 7-bit activations: 0.99949 against 0.99959 at the published size.)
+
+Everything else (norms, gates, the state) stays float32. The two schemes' fidelity is measured on any CPU
+(both run everywhere): ``benchmarks/precision_contract.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -26,10 +33,27 @@ import numpy as np
 from .builder import GraphBuilder, f32
 
 MS_DOMAIN = "com.microsoft"  # MatMulIntegerToFloat: onnxruntime's contrib op (CPU: MLAS u8s8 kernels)
-ACT_LEVELS = 64  # |v| <= 1 maps onto [-64, 64] ...
-ZERO_POINT = 64  # ... stored as uint8 q = round(v * 64) + 64 in [0, 128]
 WEIGHT_LEVELS = 127  # symmetric int8 weights
-PAIR_BOUND = 2 * (ZERO_POINT + ACT_LEVELS) * WEIGHT_LEVELS  # vpmaddubsw's int16 pair sum: <= 32,767
+INT16_MAX = 32767
+
+
+@dataclass(frozen=True)
+class Int8Scheme:
+    """How activations with ``|v| <= 1`` become uint8: ``q = round(v * levels) + zero_point``."""
+
+    name: str
+    levels: int
+    zero_point: int
+
+    @property
+    def pair_bound(self) -> int:
+        """The largest magnitude of a sum of two u8 x s8 products (what ``vpmaddubsw`` holds in int16)."""
+        return 2 * (self.zero_point + self.levels) * WEIGHT_LEVELS
+
+
+FULL = Int8Scheme("full", levels=127, zero_point=128)
+PAIR_SAFE = Int8Scheme("pair-safe", levels=64, zero_point=64)
+SCHEMES = {s.name: s for s in (FULL, PAIR_SAFE)}
 
 
 class Gemms(Protocol):
@@ -79,6 +103,9 @@ class Int8Gemms:
 
     domains: ClassVar[Mapping[str, int]] = {MS_DOMAIN: 1}
 
+    def __init__(self, scheme: Int8Scheme = FULL) -> None:
+        self.scheme = scheme
+
     def weight(self, g: GraphBuilder, w: np.ndarray, name: str) -> str:
         """The int8 matrix under ``name``, its column scales under ``name_scale``."""
         q, scale = quantize_columns(w)
@@ -88,8 +115,8 @@ class Int8Gemms:
 
     def _product(self, g: GraphBuilder, v: str, w: str) -> str:
         """v @ w for |v| <= 1, quantised with the fixed activation scale."""
-        a_scale = g.cached("q_act_scale", np.array(1.0 / ACT_LEVELS, np.float32))
-        a_zero = g.cached("q_act_zero", np.array(ZERO_POINT, np.uint8))
+        a_scale = g.cached("q_act_scale", np.array(1.0 / self.scheme.levels, np.float32))
+        a_zero = g.cached("q_act_zero", np.array(self.scheme.zero_point, np.uint8))
         vq = g.op("QuantizeLinear", [v, a_scale, a_zero])
         return g.op(
             "MatMulIntegerToFloat",
@@ -114,9 +141,10 @@ def _last_axis(g: GraphBuilder) -> str:
     return g.cached("c_axes_last", np.array([-1], np.int64))
 
 
-GEMMS: dict[str, type[Float32Gemms] | type[Int8Gemms]] = {"fp32": Float32Gemms, "int8": Int8Gemms}
-
-
-def gemms_for(precision: str) -> Gemms:
+def gemms_for(precision: str, scheme: Int8Scheme = FULL) -> Gemms:
     """The products of a precision profile built by this module (fp16 is a conversion of the fp32 graph)."""
-    return GEMMS[precision]()
+    if precision == "int8":
+        return Int8Gemms(scheme)
+    if precision == "fp32":
+        return Float32Gemms()
+    raise ValueError(f"no {precision} products in the graph builder (fp32 or int8)")

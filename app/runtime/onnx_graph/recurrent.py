@@ -26,7 +26,7 @@ from ....models.cell_types import CELL_TYPES, LSTM_CELLS
 from ..fused_op import DOMAIN, DOMAIN_VERSION, FUSED_CELLS
 from .builder import MIN_OPSET, GraphBuilder, make_model, value_info
 from .fused import FusedGruCell
-from .gemms import Gemms, gemms_for
+from .gemms import FULL, SCHEMES, Gemms, gemms_for
 from .gru import GruCell, native_gru, read_gru
 from .lstm import LstmCell, read_lstm
 
@@ -55,6 +55,7 @@ def build_recurrent_encoder_graph(
     check: bool = True,
     fused: bool = False,
     precision: str = "fp32",
+    int8_scheme: str = FULL.name,
 ) -> onnx.ModelProto:
     """Build the encoder graph of one recurrent part from its weights (module naming, PyTorch layout).
 
@@ -62,12 +63,13 @@ def build_recurrent_encoder_graph(
     GRU op, plain gru only). All are exact to float32 rounding. ``check``: run ``onnx.checker`` (see
     ``make_model``). ``fused``: lngru / rlngru steps as one ``ai.lnserve`` custom op after the GEMMs
     (``onnx_graph.fused``; runs only where ``runtime.fused_op`` is registered, never exported).
-    ``precision``: ``fp32`` or ``int8`` products (``onnx_graph.gemms``; int8 runs on onnxruntime only).
+    ``precision``: ``fp32`` or ``int8`` products (``onnx_graph.gemms``; int8 runs on onnxruntime only), int8
+    with the activation scheme named by ``int8_scheme`` (``gemms.SCHEMES``).
     """
     check_options(cell, form, opset)
     if precision != "fp32" and form == "native":
         raise ValueError(f"the native ONNX GRU op has no {precision} form; use the scan or loop form")
-    gemms = gemms_for(precision)
+    gemms = gemms_for(precision, SCHEMES[int8_scheme])
     if fused and (cell not in FUSED_CELLS or form == "native"):
         raise ValueError(f"the fused step is for cells {FUSED_CELLS} in the scan or loop form")
     n_in, d = encoder_dims(weights)

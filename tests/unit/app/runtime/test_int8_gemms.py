@@ -9,23 +9,43 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from lnserve.app.runtime.cpu_features import cpu_flags, int8_scheme_for
 from lnserve.app.runtime.onnx_backend import session_options
 from lnserve.app.runtime.onnx_graph.builder import GraphBuilder, make_model, value_info
 from lnserve.app.runtime.onnx_graph.gemms import (
-    ACT_LEVELS,
-    PAIR_BOUND,
+    FULL,
+    INT16_MAX,
+    PAIR_SAFE,
+    SCHEMES,
     WEIGHT_LEVELS,
-    ZERO_POINT,
     Int8Gemms,
+    Int8Scheme,
     quantize_columns,
 )
 
-INT16_MAX = 32767
+
+@pytest.mark.parametrize("scheme", SCHEMES.values(), ids=list(SCHEMES))
+def test_activations_fit_uint8(scheme: Int8Scheme) -> None:
+    assert scheme.zero_point - scheme.levels >= 0 and scheme.zero_point + scheme.levels <= 255
 
 
-def test_a_pair_of_products_fits_int16() -> None:
-    assert ZERO_POINT - ACT_LEVELS >= 0 and ZERO_POINT + ACT_LEVELS <= 255  # uint8 activations
-    assert WEIGHT_LEVELS <= 127 and PAIR_BOUND <= INT16_MAX
+def test_the_avx2_scheme_cannot_saturate_a_pair() -> None:
+    assert WEIGHT_LEVELS <= 127 and PAIR_SAFE.pair_bound <= INT16_MAX < FULL.pair_bound
+
+
+@pytest.mark.parametrize(
+    ("flags", "scheme"),
+    [
+        ({"avx2", "fma"}, PAIR_SAFE),  # AMD EPYC Zen 2/3, Intel before Ice Lake: vpmaddubsw
+        ({"avx2", "fma", "avx512f", "avx512bw"}, PAIR_SAFE),  # Skylake-SP: AVX-512 without VNNI
+        ({"avx2", "avx512f", "avx512_vnni"}, FULL),  # Cascade Lake+, Zen 4/5
+        ({"avx2", "avx_vnni"}, FULL),  # Alder Lake+
+        ({"avx2", "avx512_vnni", "amx_int8", "amx_bf16"}, FULL),  # Sapphire Rapids
+        (set(), PAIR_SAFE),  # flags unknown: the scheme that is exact everywhere
+    ],
+)
+def test_the_scheme_follows_the_cpu(flags: set[str], scheme: Int8Scheme) -> None:
+    assert int8_scheme_for(flags) == scheme.name
 
 
 def test_columns_are_scaled_one_by_one() -> None:
@@ -39,8 +59,8 @@ def test_columns_are_scaled_one_by_one() -> None:
     assert (np.abs(q * scale - w) <= scale / 2 * (1 + 1e-6)).all()
 
 
-def product_session(w: np.ndarray, how: str) -> ort.InferenceSession:
-    g, gemms = GraphBuilder(), Int8Gemms()
+def product_session(w: np.ndarray, how: str, scheme: Int8Scheme) -> ort.InferenceSession:
+    g, gemms = GraphBuilder(), Int8Gemms(scheme)
     name = gemms.weight(g, w, "W")
     out = gemms.by_state(g, "v", name) if how == "state" else gemms.by_token(g, "v", name)
     g.nodes.append(helper.make_node("Identity", [out], ["y"]))
@@ -57,12 +77,12 @@ def product_session(w: np.ndarray, how: str) -> ort.InferenceSession:
     )
 
 
-def exact(v: np.ndarray, w: np.ndarray, how: str) -> np.ndarray:
+def exact(v: np.ndarray, w: np.ndarray, how: str, scheme: Int8Scheme) -> np.ndarray:
     """The same quantisation, multiplied in int64 (no saturation possible), scaled back in float64."""
     peak = np.abs(v).max(axis=1, keepdims=True) if how == "token" else np.ones((len(v), 1))
-    qa = np.rint(v / peak * ACT_LEVELS).astype(np.int64)
+    qa = np.rint(v / peak * scheme.levels).astype(np.int64)
     qw, scale = quantize_columns(w)
-    return (qa @ qw.astype(np.int64)) * (scale.astype(np.float64) / ACT_LEVELS) * peak
+    return (qa @ qw.astype(np.int64)) * (scale.astype(np.float64) / scheme.levels) * peak
 
 
 @pytest.mark.parametrize("how", ["state", "token"])
@@ -77,6 +97,7 @@ def test_onnxruntime_computes_the_exact_integers(how: str) -> None:
     v = np.concatenate([worst, np.tanh(rng.normal(0, 1, (5, k))).astype(np.float32)])
     if how == "token":
         v = v * np.array([[3.0], [0.01], [250.0], [1], [2], [3], [4], [5]], np.float32)
-    got = product_session(w, how).run(["y"], {"v": v})[0]
-    want = exact(v, w, how)
+    scheme = SCHEMES[int8_scheme_for(cpu_flags())]  # the one this CPU runs: exact here
+    got = product_session(w, how, scheme).run(["y"], {"v": v})[0]
+    want = exact(v, w, how, scheme)
     assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
