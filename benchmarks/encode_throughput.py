@@ -39,6 +39,7 @@ after it, gave onnx/ceil 0.70-0.88 at B=32 across idle runs):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -55,17 +56,19 @@ import onnxruntime as ort
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lnserve.app.runtime.cpu_features import bf16_unsupported, cpu_flags, int8_scheme_for
 from lnserve.app.runtime.fused_op.loader import code_path, fused_op_status
 from lnserve.app.runtime.fused_op.loader import register as register_fused_op
 from lnserve.app.runtime.onnx_backend import session_options
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
+from lnserve.app.runtime.torch_backend import gemm_weights_to
 from lnserve.models.norms import EPS
 from lnserve.models.recurrence import Recurrence
 
 DIMS = {"OE 300->1024": (300, 1024), "uni-skip 620->2400": (620, 2400)}
 DIM_KEYS = {"oe": "OE 300->1024", "uniskip": "uni-skip 620->2400"}
 BASE_METHODS = ("naive", "torch", "onnx", "nn.GRU")
-TORCH_METHODS = {"naive", "torch", "nn.GRU"}  # plus every compiled one: followed by the settle pause
+TORCH_METHODS = {"naive", "torch", "nn.GRU", "torch[bf16]"}  # and every compiled one: the settle pause
 COMPILE_MODES: dict[str, dict[str, object]] = {  # --compiled NAME -> torch.compile keyword arguments
     "default": {},
     "freeze": {"options": {"freezing": True}},
@@ -299,6 +302,7 @@ class Setup:
     gru: torch.nn.GRU
     sessions: dict[str, ort.InferenceSession]  # "onnx" and "onnx[variant]"
     compiled: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]  # "inductor[mode]"
+    rec_bf16: Recurrence | None = None  # "torch[bf16]": the torch backend's bf16 profile
 
 
 def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
@@ -308,6 +312,20 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
     rec.cell.load_state_dict(tw, strict=True)
     rec.eval()
     sessions = served_sessions(w, args.threads)
+    rec_bf16 = None
+    if "int8" in args.precisions:  # the served int8 graph: this CPU's activation scheme, fused where built
+        model = build_recurrent_encoder_graph(
+            "lngru", w, fused=FUSED.available, precision="int8", int8_scheme=int8_scheme_for(cpu_flags())
+        )
+        sessions["onnx[int8]"] = ort_session(
+            model, args.threads, library=FUSED.library if FUSED.available else None
+        )
+    if "bf16" in args.precisions:
+        if why := bf16_unsupported(cpu_flags()):
+            print(f"torch[bf16] not run: {why}", file=sys.stderr)
+        else:
+            rec_bf16 = copy.deepcopy(rec)
+            gemm_weights_to(rec_bf16, torch.bfloat16)
     if args.graphs:
         from benchmarks.graph_variants import VARIANTS, build_variant_graph
 
@@ -333,7 +351,7 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
     for mode in args.compiled:
         # dynamic=False: one specialised graph per (T, B) cell, the loop over T unrolled by dynamo.
         compiled[f"inductor[{mode}]"] = torch.compile(LastState(rec), dynamic=False, **COMPILE_MODES[mode])
-    return Setup(w, tw, rec, torch.nn.GRU(n_in, d), sessions, compiled)
+    return Setup(w, tw, rec, torch.nn.GRU(n_in, d), sessions, compiled, rec_bf16)
 
 
 def cell_methods(
@@ -349,11 +367,14 @@ def cell_methods(
         "nn.GRU": lambda: s.gru(xt),
     }
     out = {m: calls[m] for m in methods if m in calls}
+    if s.rec_bf16 is not None:
+        bf16 = s.rec_bf16
+        out["torch[bf16]"] = lambda: bf16.last_state(xt, lt)
     for name, sess in s.sessions.items():
         out[name] = lambda sess=sess: sess.run(["h"], feeds)
     for name, fn in s.compiled.items():
         out[name] = lambda fn=fn: fn(xt, lt)
-    order = [*methods, *s.sessions, *s.compiled]
+    order = [*methods, *s.sessions, *s.compiled, "torch[bf16]"]
     return {m: out[m] for m in dict.fromkeys(order) if m in out}
 
 
@@ -449,6 +470,7 @@ def print_table(
             f"{bw_bound:>10.0f} | "
             f"{' | '.join(cells)} | {' '.join(vs)}"
         )
+    precision_rows(rows)
     print(
         "cells: per-batch latency (best call), its FLOP rate over the best ceiling sample next to it, "
         "[lowest-highest] per-round ratio; ceiling/s = sentences/s at the ceiling (onnx's neighbourhood), "
@@ -462,6 +484,17 @@ def print_table(
     for (label, _, _, steps, b, timings, diffs), name in extra:
         first = f"{timings[name].first_call:.2f} s" if name in timings else "-"
         print(f"  {label:<19} B={b:<4} T={steps:<3} {name:<28} {diffs[name]:.1e}   first call {first}")
+
+
+def precision_rows(rows: list[Row]) -> None:
+    """Each reduced precision's speed against fp32 of the same run: int8 against the served fp32 graph,
+    bf16 (torch) against it and against the fp32 torch backend it is a profile of."""
+    pairs = (("onnx[int8]", "onnx"), ("torch[bf16]", "onnx"), ("torch[bf16]", "torch"))
+    for label, _, _, steps, b, timings, _ in rows:
+        found = [f"{new} {timings[base].seconds / timings[new].seconds:.2f}x {base}"
+                 for new, base in pairs if new in timings and base in timings]  # fmt: skip
+        if found:
+            print(f"  precisions  {label:<19} B={b:<4} T={steps:<3} " + ", ".join(found))
 
 
 def profile_op_types(args: argparse.Namespace, warmup: int = 3, calls: int = 20) -> None:
@@ -630,6 +663,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="ORT per-op-type profile instead of the table")
     parser.add_argument("--gemm-floor", action="store_true", help="the graph vs its GEMMs alone, no profiler")
     parser.add_argument("--no-fp16", action="store_true", help="skip the fp16 drift check")
+    parser.add_argument(
+        "--precisions",
+        type=_csv(str),
+        default=["int8", "bf16"],
+        help="reduced-precision rows: onnx[int8], torch[bf16] ('' for none)",
+    )
     args = parser.parse_args()
     from benchmarks.graph_variants import VARIANTS
 
@@ -638,6 +677,7 @@ def parse_args() -> argparse.Namespace:
         ("--graphs", args.graphs, VARIANTS),
         ("--compiled", args.compiled, COMPILE_MODES),
         ("--dims", args.dims or [], DIM_KEYS),
+        ("--precisions", [p for p in args.precisions if p], ("int8", "bf16")),
     ):
         if unknown := sorted(set(given) - set(known)):
             parser.error(f"{flag}: unknown {', '.join(unknown)}; expected some of {', '.join(known)}")

@@ -204,7 +204,7 @@ def _task_scores(result: dict[str, Any]) -> dict[str, float]:
     """The headline number of each task (accuracy, or Pearson r for relatedness)."""
     out: dict[str, float] = {}
     for task, r in result["tasks"].items():
-        for key in ("accuracy", "test_accuracy", "pearson", "acc"):
+        for key in ("acc", "r"):  # accuracy (classification), Pearson r (relatedness, STS)
             if isinstance(r.get(key), (int, float)):
                 out[task] = float(r[key])
                 break
