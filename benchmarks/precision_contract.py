@@ -204,7 +204,7 @@ def _task_scores(result: dict[str, Any]) -> dict[str, float]:
     """The headline number of each task (accuracy, or Pearson r for relatedness)."""
     out: dict[str, float] = {}
     for task, r in result["tasks"].items():
-        for key in ("acc", "r"):  # accuracy (classification), Pearson r (relatedness, STS)
+        for key in ("acc", "r", "pearson"):  # accuracy (classification), Pearson r (SICK-R, STS14)
             if isinstance(r.get(key), (int, float)):
                 out[task] = float(r[key])
                 break
