@@ -151,6 +151,12 @@ def test_serve_precision_flag(servers: dict[str, LiveServer], tmp_path: Path) ->
 
 
 # -- galleries across precisions: one galleries directory, servers one after the other ---------------
+def _usable_here(html: str) -> dict[str, str]:
+    """The front page's galleries table: name -> its "usable here" cell, as text."""
+    rows = re.findall(r'<tr data-gallery="([^"]+)" data-usable="[a-z]+">(.*?)</tr>', html, re.S)
+    return {name: re.sub(r"<[^>]+>", "", re.findall(r"<td>(.*?)</td>", row)[2]) for name, row in rows}
+
+
 def _retrieve(c: httpx.Client, gallery: str, query: dict[str, Any], k: int = 3) -> httpx.Response:
     return c.post("/retrieve", json={"gallery": gallery, "query": query, "k": k})
 
@@ -200,6 +206,10 @@ def test_galleries_across_precisions(tmp_path: Path) -> None:
             assert demo["uid"] == demo_uid and demo["count"] == len(_IDS)  # not rebuilt
             r = _retrieve(c, "demo-images", TEXT_QUERY, k=5)
             assert r.status_code == 200 and len(r.json()["results"]) == 5, r.text
+            # the front page says which galleries this int8 server can search, and why not
+            usable = _usable_here(c.get("/").text)
+            assert usable["demo-images"] == usable["imgs32"] == "yes", usable
+            assert usable["caps32"].startswith("no") and "at fp32" in usable["caps32"], usable
             # the fp32 caption gallery: refused for searches (any query kind) and adds
             _mismatch(_retrieve(c, "caps32", IMAGE_QUERY), "fp32", "int8")
             _mismatch(
