@@ -75,6 +75,7 @@ def evaluate(
         per_fold.append({"images": [a, b], "t2i": t2i(errs), "i2t": i2t(errs)})
     result: dict[str, Any] = {
         "model": engine.artifact.name,
+        "precision": engine.precision,  # an int8 run's report is compared with fp32's
         "score": score_info(metric_for(engine.method, engine.family.name)),
         "protocol": "order-embedding evaluation.t2i/i2t, stable sort, medr=floor(median)+1, meanr=mean+1",
         "notes": plan.notes,

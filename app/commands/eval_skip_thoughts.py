@@ -73,7 +73,9 @@ def skip_thoughts(
     for t in tasks:
         t0 = time.perf_counter()
         results[t] = run_task(t, ctx) | {"seconds": round(time.perf_counter() - t0, 2)}
-    rep = report.build(encoder.name, seed, fast, results, time.perf_counter() - start)
+    rep = report.build(
+        encoder.name, seed, fast, results, time.perf_counter() - start, precision=encoder.engine.precision
+    )
     text = json.dumps(rep, indent=2)
     if json_out is not None and str(json_out) == "-":
         sys.stdout.write(text + "\n")

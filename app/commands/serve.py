@@ -116,15 +116,17 @@ def serve(
 
 def _require_torch_where_needed(settings: Settings, model_dirs: ModelDirs) -> None:
     """``--backend torch``, or a model only torch runs, without torch installed: one line naming the extra,
-    before any model loads or the port is bound (not a failed start-up after both)."""
+    before any model loads or the port is bound (not a failed start-up after both). So is a precision the
+    backend cannot run (``--precision int8 --backend torch``)."""
     from ...converters.artifact import Artifact
     from ..runtime.engine import needs_torch
     from ..runtime.precisions import backend_for
 
+    runs_on = backend_for(settings.precision, settings.backend)  # raises for int8 / fp16 on torch
     if settings.backend == "torch":
         require("torch", "torch", "--backend torch")
         return
-    if backend_for(settings.precision, settings.backend) == "torch":
+    if runs_on == "torch":
         require("torch", "torch", f"--precision {settings.precision}")
         return
     if settings.strict_provider:  # no fallback to torch: the model's load refuses it, with its own code

@@ -48,10 +48,17 @@ FAST_NOTE = (
 
 
 def build(
-    model: str, seed: int, fast: bool, results: dict[str, dict[str, Any]], seconds: float
+    model: str,
+    seed: int,
+    fast: bool,
+    results: dict[str, dict[str, Any]],
+    seconds: float,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
+    """The report; ``precision``: the profile the model ran at (an int8 report is compared with fp32's)."""
     return {
         "model": model,
+        "precision": precision,
         "mode": "fast" if fast else "faithful",
         "seed": seed,
         "protocols": {t: PROTOCOLS[t] for t in results} | ({"fast": FAST_NOTE} if fast else {}),

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.model_ref import ModelRef
+from ..runtime.precisions import EXACT, pinned_precision
 from .errors import GalleryNotFoundError
 from .layout import GalleryInfo
 from .protocol import GalleryStoreAPI
@@ -46,12 +47,17 @@ def shipped_demo() -> ShippedDemo:
     return ShippedDemo(demo.ensure_demo_artifact(), demo.DEMO_NAME, demo.demo_gallery_data)
 
 
-def install_demo_gallery(store: GalleryStoreAPI, *, engine: Any = None) -> GalleryInfo:
+def install_demo_gallery(
+    store: GalleryStoreAPI, *, engine: Any = None, precision: str = EXACT
+) -> GalleryInfo:
     """Ensure ``demo-images`` holds the shipped gallery images embedded by the demo model.
 
     Args:
         store: the service's gallery store.
         engine: an ``Engine`` already serving the demo model (default: open it with the default backend).
+        precision: the profile the service serves the demo at (without ``engine``): the gallery pins the
+            precision of its image vectors (``runtime.precisions.pinned_precision``: float32 but at fp16),
+            and is made in it, so that the server can search it.
 
     Returns:
         The gallery's info. A gallery of that name made by a model other than the demo is left alone.
@@ -61,7 +67,7 @@ def install_demo_gallery(store: GalleryStoreAPI, *, engine: Any = None) -> Galle
 
     demo = shipped_demo()
     artifact = engine.artifact if engine is not None else read_artifact(demo.path)
-    ref = engine.model_ref() if engine is not None else ModelRef.from_artifact(artifact)
+    ref = engine.model_ref() if engine is not None else ModelRef.from_artifact(artifact, precision)
     feats, ids, payloads = demo.gallery_data()
     info = None
     with contextlib.suppress(GalleryNotFoundError):
@@ -74,7 +80,8 @@ def install_demo_gallery(store: GalleryStoreAPI, *, engine: Any = None) -> Galle
             return info
         store.remove(DEMO_GALLERY)  # built by an older demo model, or left half-built
     if engine is None:  # only now: an up-to-date gallery (every start but the first) needs no engine
-        engine = Engine(artifact, open_backend(artifact, DEFAULT_BACKEND))
+        images_at = pinned_precision(ref.precision, "images")  # fp32 for int8 / bf16: no int8 graph to build
+        engine = Engine(artifact, open_backend(artifact, DEFAULT_BACKEND, precision=images_at))
     store.create(DEMO_GALLERY, kind="images", model=ref)
     store.add(DEMO_GALLERY, engine.encode_images(feats), ids=ids, payloads=payloads)
     return store.get(DEMO_GALLERY)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.precisions import one_profile
 from ..runtime.retrieval import score_info
 
 KINDS = ("images", "captions")
@@ -33,10 +34,11 @@ def default_root() -> Path:
 
 
 def same_model(a: GalleryInfo, b: GalleryInfo) -> bool:
-    """Whether two galleries were embedded by the same model (both identities known: compare them; else
-    the manifests they pinned, conservatively)."""
-    if a.model_identity is not None and b.model_identity is not None:
-        return a.model_identity == b.model_identity
+    """Whether two galleries were embedded by the same model at one precision profile, so that one's
+    items may query the other (both identities known: compare them, ``runtime.precisions.one_profile``;
+    else the manifests they pinned, conservatively)."""
+    if a.model_identity is not None and b.model_identity is not None:  # and at one precision profile
+        return one_profile((a.kind, a.model_identity), (b.kind, b.model_identity))
     return a.model_sha256 == b.model_sha256
 
 

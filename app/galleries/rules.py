@@ -111,12 +111,12 @@ def check_compatible(info: GalleryInfo, *, kind: str | None = None, model: Model
         raise GalleryMismatchError(f"gallery {info.name!r} holds {info.kind}, not {kind}")
     if model is not None and not model.matches(info):
         raise GalleryMismatchError(
-            f"gallery {info.name!r} was embedded with model {info.model!r} ({_pin(info)}), "
+            f"gallery {info.name!r} was embedded with model {info.model!r} ({describe_pin(info)}), "
             f"not {model.name!r} (identity {describe_identity(model.identity_for(info.kind))})"
         )
 
 
-def _pin(info: GalleryInfo) -> str:
+def describe_pin(info: GalleryInfo) -> str:
     """How a gallery pins its model, for messages."""
     if info.model_identity is not None:
         return f"identity {describe_identity(info.model_identity)}"

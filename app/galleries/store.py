@@ -70,6 +70,7 @@ from .repository import GalleryRepository
 from .rules import (
     ITEM_ID_RULE,
     as_matrix,
+    check_compatible,
     check_gallery_name,
     check_item_id,
     load_payload,
@@ -106,8 +107,8 @@ class GalleryStore:
         """Create an empty gallery of ``kind`` (images | captions) for ``model``.
 
         Raises:
-            GalleryInputError: bad name or kind. GalleryExistsError: the name is taken (unless ``exist_ok``
-            and the existing gallery has the same kind and model).
+            GalleryInputError: bad name or kind. GalleryExistsError: the name is taken (unless ``exist_ok``).
+            GalleryMismatchError: ``exist_ok``, and the existing gallery has another kind, model or precision.
         """
         check_gallery_name(name)
         if kind not in KINDS:
@@ -135,8 +136,7 @@ class GalleryStore:
         info = self.get(name)
         if not exist_ok:
             raise GalleryExistsError(f"gallery {name!r} already exists")
-        if info.kind != kind or not model.matches(info):
-            raise GalleryExistsError(f"gallery {name!r} exists with another kind or model")
+        check_compatible(info, kind=kind, model=model)  # gallery_mismatch, naming what differs
         self.repo.adopt_identity(name, info, model)
         return info
 

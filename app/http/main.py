@@ -95,7 +95,9 @@ async def _load(app: FastAPI) -> None:
         log.exception("could not verify the galleries")
     if not settings.models:
         try:
-            info = await asyncio.to_thread(install_demo_gallery, app.state.galleries)
+            info = await asyncio.to_thread(
+                install_demo_gallery, app.state.galleries, precision=settings.precision
+            )
             log.info("demo gallery %s ready (%d images)", info.name, info.count)
             warm_scorer(app.state.galleries)
         except GalleryCorruptError as exc:

@@ -58,6 +58,22 @@ def with_precision(identity: str, precision: str) -> str:
     return identity if precision == EXACT else f"{identity}:{precision}"
 
 
+def split_identity(identity: str) -> tuple[str, str]:
+    """(the model's identity, the precision) of what a gallery pins."""
+    base, _, precision = identity.partition(":")
+    return base, precision or EXACT
+
+
+def one_profile(*pins: tuple[str, str]) -> bool:
+    """Whether vectors pinned as (gallery kind, identity) can all come from one model served at one
+    precision, and so be scored against each other: an int8 caption gallery with a float32 image gallery
+    (int8's images are float32), never an int8 caption gallery with an fp32 one."""
+    split = [(kind, *split_identity(identity)) for kind, identity in pins]
+    if len({base for _, base, _ in split}) > 1:
+        return False
+    return any(all(pinned_precision(p, kind) == at for kind, _, at in split) for p in PRECISIONS)
+
+
 def describe_identity(identity: str) -> str:
     """Short form for messages: the first 12 hex digits and the precision."""
     base, _, precision = identity.partition(":")

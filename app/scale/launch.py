@@ -232,7 +232,7 @@ def serve_on_ray(settings: Settings, opts: RayOptions) -> None:
             route_prefix=None,
         )
         if not settings.models:
-            _install_demo_gallery(opts.shards)
+            _install_demo_gallery(opts.shards, settings.precision)
         serve.run(
             build_ingress_app(settings, topology, opts.replica_cpus), name=INGRESS_APP, route_prefix="/"
         )
@@ -285,14 +285,14 @@ def _check_proxy_address(settings: Settings) -> None:
         )
 
 
-def _install_demo_gallery(shards: int) -> None:
+def _install_demo_gallery(shards: int, precision: str) -> None:
     """Once, from here, before the replicas start (each would otherwise race to build it)."""
     from ..galleries.demo import install_demo_gallery
     from ..galleries.errors import GalleryCorruptError
     from .galleries import ShardedGalleries
 
     try:
-        info = install_demo_gallery(ShardedGalleries.connect(shards))
+        info = install_demo_gallery(ShardedGalleries.connect(shards), precision=precision)
         log.info("demo gallery %s ready (%d images)", info.name, info.count)
     except GalleryCorruptError as exc:  # quarantined (listed with its reason), as in one process
         log.error("demo gallery not installed: %s", exc)

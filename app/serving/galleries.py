@@ -18,7 +18,8 @@ from lnserve.errors import LnserveError
 
 from ..galleries.errors import GalleryMismatchError
 from ..galleries.layout import AddedItems, GalleryEntry, GalleryInfo
-from ..galleries.rules import check_item_kinds, item_ids
+from ..galleries.rules import check_item_kinds, describe_pin, item_ids
+from ..runtime.precisions import describe_identity
 from .errors import ModelNotFoundError, TooManySentencesError
 
 if TYPE_CHECKING:
@@ -88,8 +89,9 @@ def model_for(registry: ModelRegistry, info: GalleryInfo, requested: str | None)
     ref = entry.model_ref()
     if not ref.matches(info):
         raise GalleryMismatchError(
-            f"gallery {info.name!r} was embedded with model {info.model!r}, not with {entry.name!r} "
-            f"(different weights, vocabulary, cell, options or precision; this one serves {ref.precision})"
+            f"gallery {info.name!r} was embedded with model {info.model!r} ({describe_pin(info)}), not with "
+            f"{entry.name!r} (identity {describe_identity(ref.identity_for(info.kind))}): different weights, "
+            "vocabulary, cell, options or precision"
         )
     return entry
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..galleries.errors import GalleryMismatchError
 from ..galleries.layout import GalleryInfo, same_model
-from ..galleries.rules import check_image_query
+from ..galleries.rules import check_image_query, describe_pin
 from .errors import TooManySentencesError
 from .galleries import GalleryModel, ModelChooser, in_thread
 
@@ -116,8 +116,9 @@ def _stored_vectors(
             sources[source] = store.get(source)
             if not same_model(sources[source], info):
                 raise GalleryMismatchError(
-                    f"gallery {source!r} (model {sources[source].model!r}) and gallery {info.name!r} "
-                    f"(model {info.model!r}) were embedded by different models"
+                    f"gallery {source!r} (model {sources[source].model!r}, {describe_pin(sources[source])}) "
+                    f"and gallery {info.name!r} (model {info.model!r}, {describe_pin(info)}) were embedded "
+                    "by different models or precisions"
                 )
         item = store.get_item(source, item_id, with_vector=True)
         out.append((item["vector"], sources[source].kind))
