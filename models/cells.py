@@ -1,13 +1,16 @@
 """One-step recurrent cells of the legacy code, in PyTorch (out, in) weight layout.
 
 Every cell splits its work in two, so the input side can be hoisted out of the time loop:
-``project_inputs`` maps all timesteps at once (the input GEMM and the input-side norms), and
-``step`` applies the recurrent part for one timestep.
+``project_inputs`` maps all timesteps at once (the input GEMM and the input-side norms) to a tuple of
+(T, B, k) tensors, one per norm group, so no concatenation copies them, and ``step`` applies the recurrent
+part for one timestep to those tensors' rows of that step.
 
-The two GEMMs (input projection, recurrent product) run in the weights' dtype and come back in the state's
-(``gemm``): a backend may hold ``weight_ih`` / ``weight_hh`` in bfloat16 for the CPU's bf16 GEMM kernels while
-norms, gates, biases and the state stay float32. With float32 weights the casts are no-ops (``Tensor.to`` of
-the same dtype returns the tensor itself), so fp32 results are bit-identical.
+The two GEMMs (input projection, recurrent product) run in the weights' dtype (``gemm``): a backend may hold
+``weight_ih`` / ``weight_hh`` in bfloat16 for the CPU's bf16 GEMM kernels while norms, gates, biases and the
+state stay float32. Each slice of a GEMM's result goes back to float32 on its way into the next op (an add
+with a float32 bias promotes inside its kernel; ``Tensor.to`` before a norm), so bf16 adds no full-width cast
+and the norms read contiguous tensors. With float32 weights every cast returns its input (``Tensor.to`` of
+the same dtype is the tensor itself), so fp32 results are bit-identical.
 
 GRU family gate rows are [r; u; candidate] (Theano [W | Wx] transposed); LSTM family rows keep the
 Theano order i, f, o, g. Biases ``bias_ih`` / ``bias`` are *pre-norm* biases and are never folded into
@@ -25,14 +28,15 @@ from .cell_types import CELL_TYPES, GRU_CELLS, LSTM_CELLS
 from .norms import make_norm
 
 State = tuple[torch.Tensor, ...]
+Projected = tuple[torch.Tensor, ...]  # the input side: GRU family (x_ru, x_c), LSTM family (x_q,)
 
 __all__ = ["CELLS", "CELL_TYPES", "GRU_CELLS", "LSTM_CELLS", "gemm", "make_cell"]
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x W^T computed in ``weight``'s dtype, returned in ``x``'s: the GEMM may run in bfloat16 while the
-    rest of the cell stays float32; in float32 both casts return their input unchanged."""
-    return torch.matmul(x.to(weight.dtype), weight.t()).to(x.dtype)
+    """x W^T in ``weight``'s dtype (x cast to it; a no-op in float32). The caller takes each slice it uses
+    back to the state's dtype, which costs nothing extra where an add with a float32 tensor follows."""
+    return torch.matmul(x.to(weight.dtype), weight.t())
 
 
 class GRUFamilyCell(nn.Module):
@@ -56,21 +60,25 @@ class GRUFamilyCell(nn.Module):
     def initial_state(self, batch: int, like: torch.Tensor) -> State:
         return (like.new_zeros(batch, self.hidden_size),)
 
-    def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
-        """(T, B, n_in) -> (T, B, 3d): x W + b for every step, input-side norms applied."""
+    def project_inputs(self, x: torch.Tensor) -> Projected:
+        """(T, B, n_in) -> ((T, B, 2d), (T, B, d)): x W + b for every step, input-side norms applied."""
         d = self.hidden_size
-        proj = gemm(x, self.weight_ih) + self.bias_ih  # (T, B, 3d)
-        return torch.cat([self.norm_ih_ru(proj[..., : 2 * d]), self.norm_ih_c(proj[..., 2 * d :])], dim=-1)
+        proj = gemm(x, self.weight_ih)  # (T, B, 3d) in the weights' dtype
+        # Bias per slice: each sum is a new contiguous float32 tensor, which the norm reads without a copy.
+        ru = self.norm_ih_ru(proj[..., : 2 * d] + self.bias_ih[: 2 * d])
+        c = self.norm_ih_c(proj[..., 2 * d :] + self.bias_ih[2 * d :])
+        return ru, c
 
-    def step(self, x_proj: torch.Tensor, state: State) -> State:
-        """One timestep: x_proj (B, 3d), state (h,) with h (B, d)."""
+    def step(self, x_proj: Projected, state: State) -> State:
+        """One timestep: x_proj ((B, 2d), (B, d)), state (h,) with h (B, d)."""
+        x_ru, x_c = x_proj
         (h,) = state
         d = self.hidden_size
-        rec = gemm(h, self.weight_hh)  # (B, 3d)
-        gates = torch.sigmoid(x_proj[:, : 2 * d] + self.norm_hh_ru(rec[:, : 2 * d]))
+        rec = gemm(h, self.weight_hh)  # (B, 3d) in the weights' dtype
+        gates = torch.sigmoid(x_ru + self.norm_hh_ru(rec[:, : 2 * d].to(h.dtype)))
         r, u = gates[:, :d], gates[:, d:]
         # The reset multiplies the (normalised) recurrent candidate term; no recurrent candidate bias.
-        candidate = torch.tanh(x_proj[:, 2 * d :] + r * self.norm_hh_c(rec[:, 2 * d :]))
+        candidate = torch.tanh(x_c + r * self.norm_hh_c(rec[:, 2 * d :].to(h.dtype)))
         return (u * h + (1.0 - u) * candidate,)
 
 
@@ -110,15 +118,18 @@ class LSTMFamilyCell(nn.Module):
         zeros = like.new_zeros(batch, self.hidden_size)
         return (zeros, zeros.clone())
 
-    def project_inputs(self, x: torch.Tensor) -> torch.Tensor:
-        """(T, B, n_in) -> (T, B, 4d): norm(x W + b)."""
-        return self.norm_ih(gemm(x, self.weight_ih) + self.bias)
+    def project_inputs(self, x: torch.Tensor) -> Projected:
+        """(T, B, n_in) -> ((T, B, 4d),): norm(x W + b)."""
+        return (self.norm_ih(gemm(x, self.weight_ih) + self.bias),)  # the float32 bias promotes the sum
 
-    def step(self, x_proj: torch.Tensor, state: State) -> State:
-        """One timestep: state (h, c); the carried c is un-normalised, the cell norm feeds h only."""
+    def step(self, x_proj: Projected, state: State) -> State:
+        """One timestep: x_proj ((B, 4d),), state (h, c); the carried c is un-normalised, the cell norm
+        feeds h only."""
+        (x_q,) = x_proj
         h, c = state
         d = self.hidden_size
-        q = x_proj + self.norm_hh(gemm(h, self.weight_hh)) + self.bias  # b added the second time
+        rec = gemm(h, self.weight_hh).to(h.dtype)
+        q = x_q + self.norm_hh(rec) + self.bias  # b added the second time
         i, f, o = (torch.sigmoid(q[:, k * d : (k + 1) * d]) for k in range(3))
         g = torch.tanh(q[:, 3 * d :])
         c_new = f * c + i * g

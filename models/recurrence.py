@@ -42,11 +42,11 @@ class Recurrence(nn.Module):
         ``where`` makes the carry bit-exact.
         """
         steps, batch = x.shape[0], x.shape[1]
-        x_proj = self.cell.project_inputs(x)  # (T, B, k*d), all steps in one GEMM
+        x_proj = self.cell.project_inputs(x)  # (T, B, k) tensors, all steps in one GEMM
         state = self.cell.initial_state(batch, x)
         states: list[State] = []
         for t in range(steps):
-            new = self.cell.step(x_proj[t], state)
+            new = self.cell.step(tuple(p[t] for p in x_proj), state)
             keep = mask[t][:, None]
             state = tuple(torch.where(keep, n, o) for n, o in zip(new, state, strict=True))
             states.append(state)

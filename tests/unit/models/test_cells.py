@@ -85,7 +85,7 @@ def test_fp32_gemm_is_the_plain_matmul() -> None:
     x, w = torch.randn(4, 3, N_IN, generator=gen), torch.randn(3 * D, N_IN, generator=gen)
     assert x.to(w.dtype) is x
     assert torch.equal(gemm(x, w), torch.matmul(x, w.t()))
-    assert gemm(x, w.bfloat16()).dtype == torch.float32  # back in the state's dtype
+    assert gemm(x, w.bfloat16()).dtype == torch.bfloat16  # the caller takes its slices back to float32
 
 
 def _bf16_gemms(rnn: Recurrence) -> Recurrence:

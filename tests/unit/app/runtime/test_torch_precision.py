@@ -54,3 +54,10 @@ def test_fp32_is_the_default_and_all_float32(name: str, artifacts: dict[str, Pat
     backend = TorchBackend(read_artifact(artifacts[name]))
     assert backend.precision == "fp32"
     assert all(v.dtype == torch.float32 for v in backend.module.state_dict().values())
+
+
+def test_bf16_without_onednn_is_refused(artifacts: dict[str, Path]) -> None:
+    """torch's own switch: with oneDNN off, bf16 matmuls take a reference kernel slower than fp32."""
+    with torch.backends.mkldnn.flags(enabled=False), pytest.raises(ProviderUnavailableError) as info:
+        TorchBackend(read_artifact(artifacts["oe_order_lngru"]), precision="bf16", flags=EPYC_ZEN4)
+    assert "oneDNN" in str(info.value) and "\n" not in str(info.value)
