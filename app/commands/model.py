@@ -61,6 +61,7 @@ def info(
         "providers": engine.backend.providers,
         "precision": getattr(engine.backend, "precision", "fp32"),
         "graph": getattr(engine.backend, "graph", None),
+        "int8_scheme": getattr(engine.backend, "int8_scheme", None),  # int8: this CPU's activation scheme
         "onnx_exported": "onnx" in m,
     }
     if as_json:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lnserve.app.runtime.cpu_features import cpu_flags, int8_scheme_for
 from lnserve.app.runtime.fused_op.loader import fused_op_status
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import ROOT, free_port
@@ -64,6 +65,9 @@ def test_info_and_evaluations_say_their_precision(artifacts: dict[str, Path], tm
     assert shown["precision"] == "int8" and shown["backend"] == "onnx"
     assert shown["providers"] == ["CPUExecutionProvider"]
     assert shown["graph"] == ("fused" if fused_op_status().library.is_file() else "plain")
+    assert shown["int8_scheme"] == int8_scheme_for(cpu_flags())  # the activation scheme this CPU runs
+    exact = json.loads(run_cli("info", str(model), "--json", check=True).stdout)
+    assert exact["precision"] == "fp32" and exact["int8_scheme"] is None
 
     caps, images = _retrieval_inputs(tmp_path)
     reports = {}
