@@ -1,7 +1,8 @@
 """Where the event loop's CPU goes per request under load: ``lnserve serve``'s app run in this process (the
 same uvicorn configuration: uvloop, httptools, the deadline protocol), ``benchmarks/http_load.py``'s load
 generator in another process (``--concurrency`` clients, one sentence per ``POST /encode``), and the loop
-thread's CPU time (``time.thread_time``) over the load window divided by the requests served. With
+thread's CPU time (``time.thread_time``) over the load window divided by the requests served; beside it the
+whole server process's (the batcher and onnxruntime threads too) and the load generator's. With
 ``--profile``, cProfile runs on the loop thread over the same window and the top functions (own time and
 cumulative, per request) are printed; the profiler's overhead inflates those times, so the CPU per request
 line without ``--profile`` is the one to compare. ``--bare`` measures ``http_load.py``'s bare FastAPI app the
@@ -19,6 +20,7 @@ import io
 import json
 import os
 import pstats
+import resource
 import subprocess
 import sys
 import tempfile
@@ -77,6 +79,7 @@ def main() -> None:
 
     def on_loop(what: str) -> None:  # run in the loop's thread
         window[what] = time.thread_time()
+        window[f"{what}_process"] = time.process_time()  # every thread of the server: loop, batcher, ORT
         if args.profile:
             (prof.enable if what == "start" else prof.disable)()
 
@@ -93,8 +96,11 @@ def main() -> None:
         loop = server_loop[0]
         loop.call_soon_threadsafe(on_loop, "start")
         code = LOAD.format(root=str(ROOT), url=url, c=args.concurrency, s=args.seconds)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         loop.call_soon_threadsafe(on_loop, "stop")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        window["client"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         time.sleep(0.5)
         result.update(json.loads(out.stdout.strip().splitlines()[-1]))
         server.should_exit = True
@@ -111,11 +117,18 @@ def main() -> None:
         runner.run(serve())
     served = result["rps"] * args.seconds
     cpu_ms = (window["stop"] - window["start"]) * 1000 / served
+    process_ms = (window["stop_process"] - window["start_process"]) * 1000 / served
+    client_ms = window["client"] * 1000 / served  # the load generator's whole run (start-up included)
     what = "bare FastAPI app" if args.bare else "lnserve"
     print(f"{what}   load: {os.getloadavg()}   concurrency {args.concurrency}, {args.seconds:.0f} s")
     print(
         f"req/s {result['rps']:,.0f}  p50 {result['p50']:.2f} ms  errors {result['errors']:.0f}  "
         f"loop CPU per request {cpu_ms:.3f} ms" + ("  (profiled)" if args.profile else "")
+    )
+    print(
+        f"CPU per request: server {process_ms:.3f} ms (loop {cpu_ms:.3f}, other threads "
+        f"{process_ms - cpu_ms:.3f}: batcher, onnxruntime), load generator {client_ms:.3f} ms; "
+        f"all three on {os.cpu_count()} cores"
     )
     if args.profile:
         for key in ("tottime", "cumulative"):
