@@ -126,7 +126,7 @@ def open_backend(artifact: Artifact, backend: str, **options: Any) -> Backend:
         log.warning("%s: %s; falling back to the torch backend", artifact.name, reason)
         backend = "torch"
     if backend == "torch":
-        require("torch", "torch", "--backend torch")
+        require("torch", "torch", f"--precision {precision}" if precision != EXACT else "--backend torch")
         from .torch_backend import TorchBackend
 
         return TorchBackend(artifact, threads=options.get("threads"), precision=precision)

@@ -218,6 +218,12 @@ NEEDS_AN_EXTRA = {
         "torch", ("serve", "--models", "{oe}", "--backend", "torch", "--port", "{port}"),
     ),
     "serve a pRMSNorm model": ("torch", ("serve", "--models", "{prms}", "--port", "{port}")),
+    "encode --precision bf16 (the torch backend's profile)": (
+        "torch", ("encode", "{oe}", "--input", "{caps}", "--output", "{out}", "--precision", "bf16"),
+    ),
+    "serve --precision bf16": (
+        "torch", ("serve", "--models", "{oe}", "--precision", "bf16", "--port", "{port}"),
+    ),
     "serve --ray": ("ray", ("serve", "--models", "{oe}", "--ray", "--port", "{port}")),
     "train order-embedding": (
         "torch", ("train", "order-embedding", "--world", "demo", "--epochs", "1", "--out", "{out}"),
