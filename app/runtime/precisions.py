@@ -76,5 +76,5 @@ def one_profile(*pins: tuple[str, str]) -> bool:
 
 def describe_identity(identity: str) -> str:
     """Short form for messages: the first 12 hex digits and the precision."""
-    base, _, precision = identity.partition(":")
-    return f"{base[:12]} at {precision or EXACT}"
+    base, precision = split_identity(identity)
+    return f"{base[:12]} at {precision}"
