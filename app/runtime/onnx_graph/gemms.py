@@ -105,6 +105,9 @@ class Int8Gemms:
 
     def __init__(self, scheme: Int8Scheme = FULL) -> None:
         self.scheme = scheme
+        # a value multiplied by several weights (x by W_ru and W_c, h by U_ru and U_c in the plain graph)
+        # is scaled and quantised once: (value name, by row) -> (its uint8 value, its row peak or None)
+        self._quantised: dict[tuple[str, bool], tuple[str, str | None]] = {}
 
     def weight(self, g: GraphBuilder, w: np.ndarray, name: str) -> str:
         """The int8 matrix under ``name``, its column scales under ``name_scale``."""
@@ -113,28 +116,44 @@ class Int8Gemms:
         g.cached(f"{stored}_scale", scale)
         return stored
 
-    def _product(self, g: GraphBuilder, v: str, w: str) -> str:
-        """v @ w for |v| <= 1, quantised with the fixed activation scale."""
-        a_scale = g.cached("q_act_scale", np.array(1.0 / self.scheme.levels, np.float32))
-        a_zero = g.cached("q_act_zero", np.array(self.scheme.zero_point, np.uint8))
-        vq = g.op("QuantizeLinear", [v, a_scale, a_zero])
+    def _quantise(self, g: GraphBuilder, v: str, *, by_row: bool) -> tuple[str, str | None]:
+        """v as uint8 with the fixed activation scale: |v| <= 1 as it is (a state), or each row divided by
+        its own peak first (``by_row``: word vectors); the peak is returned to scale the product back."""
+        if (v, by_row) not in self._quantised:
+            peak = None
+            if by_row:
+                tiny = g.cached("q_tiny", np.array(np.finfo(np.float32).tiny, np.float32))
+                peak = g.op("Max", [g.op("ReduceMax", [g.op("Abs", [v]), _last_axis(g)], keepdims=1), tiny])
+            scaled = v if peak is None else g.op("Div", [v, peak])
+            vq = g.op("QuantizeLinear", [scaled, self._act_scale(g), self._act_zero(g)])
+            self._quantised[v, by_row] = (vq, peak)
+        return self._quantised[v, by_row]
+
+    def _act_scale(self, g: GraphBuilder) -> str:
+        return g.cached("q_act_scale", np.array(1.0 / self.scheme.levels, np.float32))
+
+    def _act_zero(self, g: GraphBuilder) -> str:
+        return g.cached("q_act_zero", np.array(self.scheme.zero_point, np.uint8))
+
+    def _product(self, g: GraphBuilder, vq: str, w: str) -> str:
+        """The float32 product of a quantised activation and an int8 weight."""
         return g.op(
             "MatMulIntegerToFloat",
-            [vq, w, a_scale, f"{w}_scale", a_zero],  # no b_zero_point: symmetric weights
+            [vq, w, self._act_scale(g), f"{w}_scale", self._act_zero(g)],  # no b_zero_point: symmetric
             domain=MS_DOMAIN,
         )
 
     def by_state(self, g: GraphBuilder, h: str, w: str) -> str:
-        return self._product(g, h, w)
+        return self._product(g, self._quantise(g, h, by_row=False)[0], w)
 
     def by_state_plus(self, g: GraphBuilder, h: str, w: str, c: str) -> str:
-        return g.op("Add", [self._product(g, h, w), c])
+        return g.op("Add", [self.by_state(g, h, w), c])
 
     def by_token(self, g: GraphBuilder, x: str, w: str) -> str:
         """Each row scaled into [-1, 1] by its own peak, multiplied, and scaled back."""
-        tiny = g.cached("q_tiny", np.array(np.finfo(np.float32).tiny, np.float32))
-        peak = g.op("Max", [g.op("ReduceMax", [g.op("Abs", [x]), _last_axis(g)], keepdims=1), tiny])
-        return g.op("Mul", [self._product(g, g.op("Div", [x, peak]), w), peak])
+        xq, peak = self._quantise(g, x, by_row=True)
+        assert peak is not None
+        return g.op("Mul", [self._product(g, xq, w), peak])
 
 
 def _last_axis(g: GraphBuilder) -> str:

@@ -101,3 +101,18 @@ def test_onnxruntime_computes_the_exact_integers(how: str) -> None:
     got = product_session(w, how, scheme).run(["y"], {"v": v})[0]
     want = exact(v, w, how, scheme)
     assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("cell", ["gru", "lngru", "rlngru"])
+def test_each_activation_is_quantised_once(cell: str) -> None:
+    """The word vectors once before the input projections, the state once per step before its products
+    (the plain GRU multiplies each by two matrices: W_ru and W_c, U_ru and U_c)."""
+    from lnserve.app.runtime.fused_op.loader import random_cell_weights
+    from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
+
+    weights = random_cell_weights(np.random.default_rng(0), cell, 8, 16)
+    model = build_recurrent_encoder_graph(cell, weights, precision="int8", check=False)
+    (scan,) = [n for n in model.graph.node if n.op_type == "Scan"]
+    body = scan.attribute[0].g
+    assert [n.op_type for n in model.graph.node].count("QuantizeLinear") == 1
+    assert [n.op_type for n in body.node].count("QuantizeLinear") == 1
