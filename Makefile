@@ -74,6 +74,7 @@ demo-model: $(DEV_STAMP)
 	$(BIN)/lnserve train world --out $(DEMO_WORK)/world
 	$(BIN)/lnserve train order-embedding --world $(DEMO_WORK)/world $(DEMO_RECIPE) \
 		--name demo-lngru --demo --force --out $(DEMO_WORK)/model
+	$(BIN)/lnserve calibrate $(DEMO_WORK)/model --texts $(DEMO_WORK)/world/train_caps.txt
 	$(BIN)/lnserve eval --model $(DEMO_WORK)/model --captions $(DEMO_WORK)/world/test_caps.txt \
 		--images $(DEMO_WORK)/world/test_ims.npy --folds 1 --json $(DEMO_WORK)/eval.json
 	$(BIN)/python -m lnserve.app.training.demo ship $(DEMO_WORK)/model $(DEMO_WORK)/world $(DEMO_WORK)/eval.json

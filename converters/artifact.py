@@ -114,6 +114,8 @@ def write_replacing(dest: Path, data: bytes) -> None:
 _IDENTITY_SECTIONS = ("family", "cell", "cell_options", "parts", "dims", "options", "tokenizer", "defaults")
 _NON_VECTOR_OPTIONS = frozenset({"margin", "encoder_in_options"})  # training loss margin; legacy cell label
 _DERIVED_FILES = "onnx/"  # graphs exported from the weights: the backend never changes a vector
+# int8 calibration (``converters.int8_calibration``): it changes int8 vectors only; the int8 pin names it
+_NOT_IN_IDENTITY = (_DERIVED_FILES, "int8/")
 IDENTITY_VERSION = 1
 
 
@@ -131,7 +133,7 @@ def model_identity(manifest: Mapping[str, Any]) -> str:
     doc["files"] = {
         name: meta.get("sha256") if isinstance(meta, Mapping) else meta
         for name, meta in files.items()
-        if not name.startswith(_DERIVED_FILES)
+        if not name.startswith(_NOT_IN_IDENTITY)
     }
     doc["identity_version"] = IDENTITY_VERSION
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)

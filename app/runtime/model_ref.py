@@ -13,6 +13,7 @@ from lnserve.hashing import sha256_file
 
 from ...converters.artifact import MANIFEST, model_identity, unexported_manifest_sha256
 from ...converters.families import family_of
+from ...converters.int8_calibration import calibration_tag
 from .precisions import EXACT, check_precision, pinned_precision, with_precision
 
 
@@ -41,6 +42,7 @@ class ModelRef:
     manifest_sha256: str = ""  # of manifest.json now (recorded with new galleries, for information)
     legacy_pins: frozenset[str] = frozenset()  # manifest sha256s galleries made before identities pinned
     precision: str = EXACT  # the served profile (``runtime.precisions``)
+    calibration: str | None = None  # int8: the tag of the artifact's calibration, if it has one
 
     @classmethod
     def from_artifact(cls, artifact: Any, precision: str = EXACT) -> ModelRef:
@@ -57,13 +59,14 @@ class ModelRef:
             manifest_sha256=manifest_sha,
             legacy_pins=frozenset(p for p in (manifest_sha, before_export) if p),
             precision=check_precision(precision),
+            calibration=calibration_tag(m) if precision == "int8" else None,
         )
 
     def identity_for(self, kind: str) -> str:
         """What a gallery of ``kind`` pins: the identity with the precision its vectors were made in (an
         int8 caption gallery is not searched by fp32 queries; image galleries are the same in fp32, int8
-        and bf16, whose image projection is float32)."""
-        return with_precision(self.identity, pinned_precision(self.precision, kind))
+        and bf16, whose image projection is float32; a calibrated int8 pin names its calibration)."""
+        return with_precision(self.identity, pinned_precision(self.precision, kind), self.calibration)
 
     def matches(self, info: PinnedModel) -> bool:
         """Whether this model made the gallery's vectors: the same identity; for a gallery made before

@@ -17,9 +17,11 @@ import onnx
 
 from ...converters.artifact import SKIP_PART_MODULES, Artifact, add_files, read_artifact
 from ...converters.families import family_of
+from ...converters.int8_calibration import read_state_peaks
 from .errors import OnnxModelError
 from .fused_op import FUSED_CELLS
 from .onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
+from .onnx_graph.recurrent import encoder_dims
 
 EXPORT_FORMAT = 1  # bump when the graph I/O contract changes; the runtime refuses newer ones
 DEFAULT_OPSET = 18
@@ -54,18 +56,24 @@ def build_graphs(
     fused: bool = False,
     precision: str = "fp32",
     int8_scheme: str = "full",
+    calibrated: bool = True,
 ) -> dict[str, onnx.ModelProto]:
     """Every graph of the artifact; ``check=False`` skips ``onnx.checker`` for graphs that go straight to
     onnxruntime (see ``build_recurrent_encoder_graph``). ``fused``: lngru / rlngru parts use the fused-step
     custom op (in-memory serving graphs only: ``export_onnx`` never asks for it). ``precision``: fp32 or
     int8 recurrent products (``onnx_graph.gemms``, activations by ``int8_scheme``); the image projection
-    stays float32 in both."""
+    stays float32 in both. int8 uses the artifact's calibration if it has one (``calibrated=False``: never,
+    for comparisons)."""
     partial = artifact.partial_rms
     if partial != 1.0:
         raise OnnxModelError(
             f"{artifact.path}: partial RMSNorm (p={partial}) is not in the ONNX graph builder; "
             "serve this model with the torch backend"
         )
+    parts = recurrent_parts(artifact)
+    peaks = None
+    if precision == "int8" and calibrated:
+        peaks = read_state_peaks(artifact, {part: encoder_dims(w)[1] for part, (_, w) in parts.items()})
     graphs = {
         part: build_recurrent_encoder_graph(
             cell,
@@ -76,8 +84,9 @@ def build_graphs(
             fused=fused and cell in FUSED_CELLS,
             precision=precision,
             int8_scheme=int8_scheme,
+            state_peaks=None if peaks is None else peaks[part],
         )
-        for part, (cell, weights) in recurrent_parts(artifact).items()
+        for part, (cell, weights) in parts.items()
     }
     if not family_of(artifact.manifest).text_only:
         t = artifact.tensors()

@@ -21,7 +21,8 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 EXACT = "fp32"
 BACKEND_OF: dict[str, str] = {"fp16": "onnx", "int8": "onnx", "bf16": "torch"}  # fp32: either
 IMAGE_PRECISION: dict[str, str] = {"fp16": "fp16"}  # the others run the image projection in float32
-IDENTITY = re.compile(r"[0-9a-f]{64}(?::(?:fp16|int8|bf16))?")  # what a gallery may pin (read from disk)
+# what a gallery may pin (read from disk): ``<identity>[:<precision>]``, a calibrated int8 as ``int8@<tag>``
+IDENTITY = re.compile(r"[0-9a-f]{64}(?::(?:fp16|int8(?:@[0-9a-f]{16})?|bf16))?")
 HELP = "fp32 (exact), int8 (CPU), bf16 (CPU with AVX-512 BF16 or AMX; torch) or fp16 (GPU)"
 
 
@@ -52,16 +53,25 @@ def pinned_precision(precision: str, kind: str) -> str:
     return precision if kind == "captions" else IMAGE_PRECISION.get(precision, EXACT)
 
 
-def with_precision(identity: str, precision: str) -> str:
+def with_precision(identity: str, precision: str, calibration: str | None = None) -> str:
     """A model identity qualified by a precision: unchanged for fp32 (galleries made before profiles keep
-    matching), ``<sha256>:<precision>`` otherwise."""
-    return identity if precision == EXACT else f"{identity}:{precision}"
+    matching), ``<sha256>:<precision>`` otherwise; int8 of a calibrated artifact also names its calibration
+    (``<sha256>:int8@<tag>``, ``converters.int8_calibration``), whose peaks change its vectors."""
+    if precision == EXACT:
+        return identity
+    tagged = f"{precision}@{calibration}" if precision == "int8" and calibration else precision
+    return f"{identity}:{tagged}"
 
 
 def split_identity(identity: str) -> tuple[str, str]:
-    """(the model's identity, the precision) of what a gallery pins."""
+    """(the model's identity, the precision) of what a gallery pins; a calibration tag is left out."""
     base, _, precision = identity.partition(":")
-    return base, precision or EXACT
+    return base, precision.partition("@")[0] or EXACT
+
+
+def calibration_of(identity: str) -> str | None:
+    """The int8 calibration tag a pin names, if any."""
+    return identity.partition("@")[2] or None
 
 
 def one_profile(*pins: tuple[str, str]) -> bool:
@@ -71,10 +81,13 @@ def one_profile(*pins: tuple[str, str]) -> bool:
     split = [(kind, *split_identity(identity)) for kind, identity in pins]
     if len({base for _, base, _ in split}) > 1:
         return False
+    if len({calibration_of(identity) for _, identity in pins if split_identity(identity)[1] == "int8"}) > 1:
+        return False  # int8 vectors of two calibrations
     return any(all(pinned_precision(p, kind) == at for kind, _, at in split) for p in PRECISIONS)
 
 
 def describe_identity(identity: str) -> str:
     """Short form for messages: the first 12 hex digits and the precision."""
     base, precision = split_identity(identity)
-    return f"{base[:12]} at {precision}"
+    tag = calibration_of(identity)
+    return f"{base[:12]} at {precision}" + (f" (calibration {tag[:8]})" if tag else "")

@@ -27,8 +27,11 @@ import httpx
 import numpy as np
 import pytest
 
+from lnserve.app.demo_model.data import ensure_demo_artifact
 from lnserve.app.galleries.demo import shipped_demo
 from lnserve.app.runtime.fused_op.loader import fused_op_status
+from lnserve.converters.artifact import read_artifact
+from lnserve.converters.int8_calibration import PEAKS_FILE
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import LiveServer, start_server
 
@@ -221,9 +224,10 @@ def test_galleries_across_precisions(tmp_path: Path) -> None:
             assert sorted(h["id"] for h in r.json()["results"]) == sorted(i["id"] for i in IMAGES)
             more = {"items": [{"id": "i-int8", "image": FEATURES[1].tolist()}]}
             assert c.post("/galleries/imgs32/items", json=more).status_code == 200
-            # a caption gallery made at int8 pins int8
+            # a caption gallery made at int8 pins int8, and the shipped demo's calibration (lnserve calibrate)
             caps8 = _create(c, "caps8", "captions", CAPTIONS)
-            assert caps8["model_identity"] == caps32["model_identity"] + ":int8", caps8
+            tag = read_artifact(ensure_demo_artifact()).manifest["files"][PEAKS_FILE]["sha256"][:16]
+            assert caps8["model_identity"] == caps32["model_identity"] + ":int8@" + tag, caps8
             r = _retrieve(c, "caps8", IMAGE_QUERY, k=len(CAPTIONS))
             assert r.status_code == 200 and len(r.json()["results"]) == len(CAPTIONS), r.text
             # stored items query across galleries of one profile: int8 captions with float32 images; and
@@ -353,6 +357,11 @@ CRAFTED = {
     "twice": ":int8:int8",
     "empty": ":",
     "newline": ":int8\n",
+    "short-tag": ":int8@0123abcd",  # a calibration tag is 16 hex digits
+    "upper-tag": ":int8@0123456789ABCDEF",
+    "empty-tag": ":int8@",
+    "tag-on-bf16": ":bf16@0123456789abcdef",  # only int8 is calibrated
+    "tag-twice": ":int8@0123456789abcdef@0123456789abcdef",
 }
 
 

@@ -24,7 +24,7 @@ class FusedGruCell(GruCell):
 
     def recurrent_weights(self, g: GraphBuilder, arrays: GruArrays) -> None:
         """[U_ru | U_c] stored once, as the joint matrix."""
-        self.u = self.gemms.weight(g, np.concatenate([arrays.u_ru, arrays.u_c], axis=1), "U")
+        self.u = self.gemms.weight(g, np.concatenate([arrays.u_ru, arrays.u_c], axis=1), "U", state=True)
 
     def fused_norms(self) -> GruNorms:
         if self.norms is None or self.cell not in FUSED_CELLS:

@@ -6,7 +6,11 @@ A cell asks for two kinds of product, and int8 quantises each by what is known a
   range, so each token row gets its own scale (its largest magnitude): a row's result never depends on the
   other rows of the batch, so batching and padding cannot change an int8 vector.
 * ``by_state``: the recurrent ``h @ U``. A GRU or LSTM state is a convex mix of tanh values (or ``o *
-  tanh``), so ``|h| <= 1`` always: one fixed scale, no statistics, no calibration set.
+  tanh``), so ``|h| <= 1`` always: one fixed scale, no statistics, no calibration set. A calibrated
+  artifact (``lnserve calibrate``, ``runtime.calibration``) gives each state feature its own peak ``p``
+  measured on real text: the product becomes ``clip(h / p, -1, 1) @ (p * U)``, the same maths with each
+  feature's range spread over every level (the peaks are 0.7-1.0 on the demo model's captions, and the
+  levels matter most for the AVX2 scheme's 64 a side).
 
 Weights are int8, symmetric per output column (``|q| <= 127``). Activations are uint8 around a zero point,
 in one of two schemes (``Int8Scheme``), picked for the CPU by the runtime:
@@ -61,7 +65,7 @@ class Gemms(Protocol):
 
     domains: ClassVar[Mapping[str, int]]  # extra opset domains the products need
 
-    def weight(self, g: GraphBuilder, w: np.ndarray, name: str) -> str: ...
+    def weight(self, g: GraphBuilder, w: np.ndarray, name: str, *, state: bool = False) -> str: ...
 
     def by_token(self, g: GraphBuilder, x: str, w: str) -> str: ...
 
@@ -75,7 +79,7 @@ class Float32Gemms:
 
     domains: ClassVar[Mapping[str, int]] = {}
 
-    def weight(self, g: GraphBuilder, w: np.ndarray, name: str) -> str:
+    def weight(self, g: GraphBuilder, w: np.ndarray, name: str, *, state: bool = False) -> str:
         return g.const(f32(w), name)
 
     def by_token(self, g: GraphBuilder, x: str, w: str) -> str:
@@ -103,14 +107,18 @@ class Int8Gemms:
 
     domains: ClassVar[Mapping[str, int]] = {MS_DOMAIN: 1}
 
-    def __init__(self, scheme: Int8Scheme = FULL) -> None:
+    def __init__(self, scheme: Int8Scheme = FULL, state_peaks: np.ndarray | None = None) -> None:
         self.scheme = scheme
+        self.state_peaks = None if state_peaks is None else f32(state_peaks)  # (d,) in (0, 1]: calibrated
         # a value multiplied by several weights (x by W_ru and W_c, h by U_ru and U_c in the plain graph)
         # is scaled and quantised once: (value name, by row) -> (its uint8 value, its row peak or None)
         self._quantised: dict[tuple[str, bool], tuple[str, str | None]] = {}
 
-    def weight(self, g: GraphBuilder, w: np.ndarray, name: str) -> str:
-        """The int8 matrix under ``name``, its column scales under ``name_scale``."""
+    def weight(self, g: GraphBuilder, w: np.ndarray, name: str, *, state: bool = False) -> str:
+        """The int8 matrix under ``name``, its column scales under ``name_scale``; a ``state`` weight (one
+        multiplied by h) of a calibrated cell has each row scaled up by its feature's peak first."""
+        if state and self.state_peaks is not None:
+            w = self.state_peaks[:, None] * f32(w)
         q, scale = quantize_columns(w)
         stored = g.const(q, name)
         g.cached(f"{stored}_scale", scale)
@@ -125,6 +133,11 @@ class Int8Gemms:
                 tiny = g.cached("q_tiny", np.array(np.finfo(np.float32).tiny, np.float32))
                 peak = g.op("Max", [g.op("ReduceMax", [g.op("Abs", [v]), _last_axis(g)], keepdims=1), tiny])
             scaled = v if peak is None else g.op("Div", [v, peak])
+            if not by_row and self.state_peaks is not None:  # a calibrated state: h / p, clipped to [-1, 1]
+                inverse = g.cached("q_state_inv_peaks", (1.0 / self.state_peaks).astype(np.float32))
+                one = g.cached("q_one", np.array(1.0, np.float32))
+                minus_one = g.cached("q_minus_one", np.array(-1.0, np.float32))
+                scaled = g.op("Clip", [g.op("Mul", [v, inverse]), minus_one, one])
             vq = g.op("QuantizeLinear", [scaled, self._act_scale(g), self._act_zero(g)])
             self._quantised[v, by_row] = (vq, peak)
         return self._quantised[v, by_row]
@@ -160,10 +173,11 @@ def _last_axis(g: GraphBuilder) -> str:
     return g.cached("c_axes_last", np.array([-1], np.int64))
 
 
-def gemms_for(precision: str, scheme: Int8Scheme = FULL) -> Gemms:
-    """The products of a precision profile built by this module (fp16 is a conversion of the fp32 graph)."""
+def gemms_for(precision: str, scheme: Int8Scheme = FULL, state_peaks: np.ndarray | None = None) -> Gemms:
+    """The products of a precision profile built by this module (fp16 is a conversion of the fp32 graph);
+    ``state_peaks``: int8's calibrated per-feature state ranges, if any."""
     if precision == "int8":
-        return Int8Gemms(scheme)
+        return Int8Gemms(scheme, state_peaks)
     if precision == "fp32":
         return Float32Gemms()
     raise ValueError(f"no {precision} products in the graph builder (fp32 or int8)")

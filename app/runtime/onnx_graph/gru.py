@@ -93,8 +93,8 @@ class GruCell(NormedCell):
     def recurrent_weights(self, g: GraphBuilder, arrays: GruArrays) -> None:
         """U and Ux as two matrices (the fused step stores them as one)."""
         self.u_ru, self.u_c = (
-            self.gemms.weight(g, arrays.u_ru, "U_ru"),
-            self.gemms.weight(g, arrays.u_c, "U_c"),
+            self.gemms.weight(g, arrays.u_ru, "U_ru", state=True),
+            self.gemms.weight(g, arrays.u_c, "U_c", state=True),
         )
 
     def hoisted_inputs(self, g: GraphBuilder, x: str) -> list[str]:

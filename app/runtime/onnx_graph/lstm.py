@@ -64,7 +64,7 @@ class LstmCell(NormedCell):
         self.seq_widths = [4 * d]  # P
         self.w = self.gemms.weight(g, arrays.w, "W")
         self.b_in = g.const(f32(arrays.b_in), "b")
-        self.u = self.gemms.weight(g, arrays.u, "U")
+        self.u = self.gemms.weight(g, arrays.u, "U", state=True)
         self.b_post: str | None = None
         self.norms: LstmNorms | None = None
         if not arrays.norms:

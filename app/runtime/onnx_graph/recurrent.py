@@ -32,6 +32,7 @@ from .lstm import LstmCell, read_lstm
 
 GRAPH_FORMS: tuple[str, ...] = ("scan", "loop", "native")
 X, LENGTHS, H = "x", "lengths", "h"  # the graph's inputs and output
+STATES = "states"  # every step's state (T, B, d): the optional output that calibration reads
 
 
 class RecurrentCell(Protocol):
@@ -56,6 +57,8 @@ def build_recurrent_encoder_graph(
     fused: bool = False,
     precision: str = "fp32",
     int8_scheme: str = FULL.name,
+    state_peaks: np.ndarray | None = None,
+    every_state: bool = False,
 ) -> onnx.ModelProto:
     """Build the encoder graph of one recurrent part from its weights (module naming, PyTorch layout).
 
@@ -64,12 +67,16 @@ def build_recurrent_encoder_graph(
     ``make_model``). ``fused``: lngru / rlngru steps as one ``ai.lnserve`` custom op after the GEMMs
     (``onnx_graph.fused``; runs only where ``runtime.fused_op`` is registered, never exported).
     ``precision``: ``fp32`` or ``int8`` products (``onnx_graph.gemms``; int8 runs on onnxruntime only), int8
-    with the activation scheme named by ``int8_scheme`` (``gemms.SCHEMES``).
+    with the activation scheme named by ``int8_scheme`` (``gemms.SCHEMES``) and, if calibrated, the state's
+    per-feature ``state_peaks`` (d,). ``every_state``: also output every step's state as ``states`` (T, B,
+    d), for ``runtime.calibration``.
     """
     check_options(cell, form, opset)
     if precision != "fp32" and form == "native":
         raise ValueError(f"the native ONNX GRU op has no {precision} form; use the scan or loop form")
-    gemms = gemms_for(precision, SCHEMES[int8_scheme])
+    if every_state and form == "native":
+        raise ValueError("every step's state is an output of the scan and loop forms only")
+    gemms = gemms_for(precision, SCHEMES[int8_scheme], state_peaks)
     if fused and (cell not in FUSED_CELLS or form == "native"):
         raise ValueError(f"the fused step is for cells {FUSED_CELLS} in the scan or loop form")
     n_in, d = encoder_dims(weights)
@@ -81,8 +88,12 @@ def build_recurrent_encoder_graph(
         seqs = rnn.hoisted_inputs(g, X)
         every_h = scan_every_state(g, rnn, seqs) if form == "scan" else loop_every_state(g, rnn, seqs)
         h = gather_last_valid(g, every_h, d)
+        if every_state:
+            g.nodes.append(helper.make_node("Identity", [every_h], [STATES], name="output_states"))
     domains = {**gemms.domains, **({DOMAIN: DOMAIN_VERSION} if fused else {})}
-    return encoder_model(g, cell, h, t_dim="T", n_in=n_in, d=d, opset=opset, check=check, domains=domains)
+    return encoder_model(
+        g, cell, h, t_dim="T", n_in=n_in, d=d, opset=opset, check=check, domains=domains, states=every_state
+    )
 
 
 def check_options(cell: str, form: str, opset: int) -> None:
@@ -213,14 +224,19 @@ def encoder_model(
     opset: int,
     check: bool = True,
     domains: Mapping[str, int] | None = None,
+    states: bool = False,
 ) -> onnx.ModelProto:
-    """Name the result ``h`` and wrap the graph with its inputs ``x (T, B, n_in)`` and ``lengths (B,)``."""
+    """Name the result ``h`` and wrap the graph with its inputs ``x (T, B, n_in)`` and ``lengths (B,)``
+    (and, with ``states``, the ``states`` output already named in the graph)."""
     g.nodes.append(helper.make_node("Identity", [h], [H], name="output_h"))
+    outputs = [value_info(H, TensorProto.FLOAT, ["B", d])]
+    if states:
+        outputs.append(value_info(STATES, TensorProto.FLOAT, [t_dim, "B", d]))
     graph = helper.make_graph(
         g.nodes,
         f"{cell}_encoder",
         [value_info(X, TensorProto.FLOAT, [t_dim, "B", n_in]), value_info(LENGTHS, TensorProto.INT64, ["B"])],
-        [value_info(H, TensorProto.FLOAT, ["B", d])],
+        outputs,
         list(g.inits.values()),
     )
     return make_model(graph, opset, check=check, domains=domains)

@@ -59,9 +59,11 @@ def test_columns_are_scaled_one_by_one() -> None:
     assert (np.abs(q * scale - w) <= scale / 2 * (1 + 1e-6)).all()
 
 
-def product_session(w: np.ndarray, how: str, scheme: Int8Scheme) -> ort.InferenceSession:
-    g, gemms = GraphBuilder(), Int8Gemms(scheme)
-    name = gemms.weight(g, w, "W")
+def product_session(
+    w: np.ndarray, how: str, scheme: Int8Scheme, peaks: np.ndarray | None = None
+) -> ort.InferenceSession:
+    g, gemms = GraphBuilder(), Int8Gemms(scheme, peaks)
+    name = gemms.weight(g, w, "W", state=how == "state")
     out = gemms.by_state(g, "v", name) if how == "state" else gemms.by_token(g, "v", name)
     g.nodes.append(helper.make_node("Identity", [out], ["y"]))
     graph = helper.make_graph(
@@ -77,18 +79,24 @@ def product_session(w: np.ndarray, how: str, scheme: Int8Scheme) -> ort.Inferenc
     )
 
 
-def exact(v: np.ndarray, w: np.ndarray, how: str, scheme: Int8Scheme) -> np.ndarray:
-    """The same quantisation, multiplied in int64 (no saturation possible), scaled back in float64."""
+def exact(
+    v: np.ndarray, w: np.ndarray, how: str, scheme: Int8Scheme, peaks: np.ndarray | None = None
+) -> np.ndarray:
+    """The same quantisation, multiplied in int64 (no saturation possible), scaled back in float64; a
+    calibrated state is divided by its feature peaks and clipped, and the weight rows multiplied by them."""
     peak = np.abs(v).max(axis=1, keepdims=True) if how == "token" else np.ones((len(v), 1))
+    if peaks is not None:
+        v, w = np.clip(v * (1 / peaks), -1, 1), peaks[:, None] * w
     qa = np.rint(v / peak * scheme.levels).astype(np.int64)
     qw, scale = quantize_columns(w)
     return (qa @ qw.astype(np.int64)) * (scale.astype(np.float64) / scheme.levels) * peak
 
 
-@pytest.mark.parametrize("how", ["state", "token"])
+@pytest.mark.parametrize("how", ["state", "token", "calibrated state"])
 def test_onnxruntime_computes_the_exact_integers(how: str) -> None:
     """Adversarial: activations at +-1 and weights at +-127 of the same sign along k, the worst case for a
-    16-bit pair sum; plus random values."""
+    16-bit pair sum; plus random values. A calibrated state (per-feature peaks, some far below the values
+    they meet) is clipped to the same codes, so it cannot saturate a pair either."""
     k, n = 256, 48
     rng = np.random.default_rng(1)
     signs = np.where(rng.random(k) < 0.5, -1.0, 1.0).astype(np.float32)
@@ -98,8 +106,10 @@ def test_onnxruntime_computes_the_exact_integers(how: str) -> None:
     if how == "token":
         v = v * np.array([[3.0], [0.01], [250.0], [1], [2], [3], [4], [5]], np.float32)
     scheme = SCHEMES[int8_scheme_for(cpu_flags())]  # the one this CPU runs: exact here
-    got = product_session(w, how, scheme).run(["y"], {"v": v})[0]
-    want = exact(v, w, how, scheme)
+    peaks = rng.uniform(1 / 32, 1.0, k).astype(np.float32) if how == "calibrated state" else None
+    how = how.removeprefix("calibrated ")
+    got = product_session(w, how, scheme, peaks).run(["y"], {"v": v})[0]
+    want = exact(v, w, how, scheme, peaks)
     assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 

@@ -1,0 +1,146 @@
+"""``lnserve calibrate`` through the real CLI (subprocesses): it records its calibration set in the manifest,
+changes int8 vectors and the int8 gallery pin and nothing else (fp32 vectors bit for bit, fp32 galleries),
+``info`` shows it, and bad input (a missing or blank text file, no artifact, a crafted peaks file) is one
+line and exit 2 with the artifact left as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save
+
+from lnserve.converters.artifact import add_files, read_artifact
+from lnserve.converters.int8_calibration import PEAKS_FILE, SECTION
+from tests.conftest import golden, inputs, run_cli
+
+MODEL = "oe_order_lngru"
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str], code: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"lnserve: error [{code}]: "), proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    return lines[0]
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return np.asarray((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
+
+
+@pytest.fixture
+def model(artifacts: dict[str, Path], tmp_path: Path) -> Path:
+    return Path(shutil.copytree(artifacts[MODEL], tmp_path / "model"))
+
+
+@pytest.fixture
+def captions(tmp_path: Path) -> Path:
+    path = tmp_path / "captions.txt"
+    path.write_text("\n".join(inputs()["order_embedding"]["captions"]) + "\n", encoding="utf-8")
+    return path
+
+
+def encode(model: Path, captions: Path, out: Path, *precision: str) -> np.ndarray:
+    args = ["encode", str(model), "--input", str(captions), "--output", str(out), "--pretokenized"]
+    run_cli(*args, *precision, check=True)
+    return np.load(out)
+
+
+def test_calibrate_changes_int8_and_its_pin_only(model: Path, captions: Path, tmp_path: Path) -> None:
+    before = {p: encode(model, captions, tmp_path / f"{p}.npy", "--precision", p) for p in ("fp32", "int8")}
+    gdir = tmp_path / "galleries"
+    build = [
+        "--model",
+        str(model),
+        "--captions",
+        str(captions),
+        "--pretokenized",
+        "--galleries-dir",
+        str(gdir),
+    ]
+    for p in ("fp32", "int8"):
+        run_cli("gallery", "build", f"caps-{p}", *build, "--precision", p, check=True)
+
+    texts = tmp_path / "calibration set.txt"  # a name with a space: recorded as given
+    texts.write_text("\n\n".join(inputs()["order_embedding"]["captions"]) + "\n\n", encoding="utf-8")
+    proc = run_cli("calibrate", str(model), "--texts", str(texts), "--size", "3", check=True)
+    assert f"{PEAKS_FILE}: int8 state peaks from 3 sentences of calibration set.txt" in proc.stdout
+
+    assert "calibrating on 3 sentences (fewer than 1000)" in proc.stderr  # few: a warning, and they clip
+    section = json.loads((model / "manifest.json").read_text(encoding="utf-8"))[SECTION]
+    assert section["texts"] == "calibration set.txt" and section["size"] == 3
+    assert section["texts_sha256"] == hashlib.sha256(texts.read_bytes()).hexdigest()
+    assert section["file"] == PEAKS_FILE
+    first = read_artifact(model).manifest["files"][PEAKS_FILE]["sha256"]
+    # calibrating again replaces it: every non-blank line of the file this time (blank lines are not text)
+    proc = run_cli("calibrate", str(model), "--texts", str(texts), check=True)
+    assert "from 40 sentences" in proc.stdout
+    assert read_artifact(model).manifest["files"][PEAKS_FILE]["sha256"] != first
+
+    fp32 = encode(model, captions, tmp_path / "fp32-after.npy", "--precision", "fp32")
+    np.testing.assert_array_equal(fp32, before["fp32"])
+    int8 = encode(model, captions, tmp_path / "int8-after.npy", "--precision", "int8")
+    assert not np.array_equal(int8, before["int8"])
+    assert cosines(int8, golden(MODEL)["sent_emb"]).min() >= 0.999
+
+    info = json.loads(run_cli("info", str(model), "--precision", "int8", "--json", check=True).stdout)
+    assert info["int8_calibration"] == "40 sentences of 'calibration set.txt'"
+
+    # the fp32 gallery still takes adds; the int8 one was embedded with the uncalibrated graph: refused
+    run_cli("gallery", "build", "caps-fp32", *build, "--append", check=True)
+    refused = run_cli("gallery", "build", "caps-int8", *build, "--append", "--precision", "int8")
+    line = one_error_line(refused, "gallery_mismatch")
+    assert "calibration" in line, line
+
+
+def test_bad_input_is_one_line_and_leaves_the_artifact(model: Path, tmp_path: Path) -> None:
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n\n", encoding="utf-8")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"a red circle\n\xff\xfe\n")
+    good = tmp_path / "good.txt"
+    good.write_text("a red circle\n", encoding="utf-8")
+    manifest = (model / "manifest.json").read_bytes()
+    cases = {
+        "missing": (["calibrate", str(model), "--texts", str(tmp_path / "nope.txt")], "invalid_input"),
+        "blank lines only": (["calibrate", str(model), "--texts", str(blank)], "invalid_input"),
+        "empty": (["calibrate", str(model), "--texts", str(empty)], "invalid_input"),
+        "not utf-8": (["calibrate", str(model), "--texts", str(binary)], "invalid_input"),
+        "a directory": (["calibrate", str(model), "--texts", str(tmp_path)], "invalid_input"),
+        "no artifact": (["calibrate", str(tmp_path), "--texts", str(good)], "artifact_error"),
+    }
+    for name, (args, code) in cases.items():
+        line = one_error_line(run_cli(*args), code)
+        assert len(line) < 400, (name, line)
+    assert (model / "manifest.json").read_bytes() == manifest and not (model / "int8").exists()
+    usage = run_cli("calibrate", str(model), "--texts", str(blank), "--size", "0")
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr
+
+
+def test_a_crafted_peaks_file_is_one_line(model: Path, captions: Path, tmp_path: Path) -> None:
+    d = int(read_artifact(model).manifest["dims"]["dim"])
+    peaks = np.full(d, 1e-30, np.float32)  # every state would saturate
+    add_files(model, read_artifact(model).manifest, [(PEAKS_FILE, save({"sentence": peaks}))],
+              **{SECTION: {"file": PEAKS_FILE}})  # fmt: skip
+    args = [
+        "encode",
+        str(model),
+        "--input",
+        str(captions),
+        "--output",
+        str(tmp_path / "o.npy"),
+        "--pretokenized",
+    ]
+    line = one_error_line(run_cli(*args, "--precision", "int8"), "manifest_mismatch")
+    assert "peaks" in line and PEAKS_FILE in line, line
+    assert not (tmp_path / "o.npy").exists()
+    run_cli(*args, check=True)  # fp32 does not read the calibration
