@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,21 +17,9 @@ from safetensors.numpy import save
 from lnserve.converters.artifact import add_files, read_artifact
 from lnserve.converters.int8_calibration import PEAKS_FILE, SECTION
 from tests.conftest import golden, inputs, run_cli
+from tests.support.vector_checks import cosines, one_error_line
 
 MODEL = "oe_order_lngru"
-
-
-def one_error_line(proc: subprocess.CompletedProcess[str], code: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"lnserve: error [{code}]: "), proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    return lines[0]
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return np.asarray((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
 
 
 @pytest.fixture

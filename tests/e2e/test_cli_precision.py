@@ -21,24 +21,11 @@ from lnserve.app.runtime.fused_op.loader import fused_op_status
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import ROOT, free_port
 from tests.support import eval_sets
+from tests.support.vector_checks import cosines, one_error_line
 
 COSINE_BAR = 0.999  # the bar for every vector
 OE_FIXTURES = ("oe_order_lngru", "oe_order_gru", "oe_order_rlngru")
 ST_FIXTURES = ("skipthoughts_lngru", "skipthoughts_gru")
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return np.asarray((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
-
-
-def one_error_line(proc: subprocess.CompletedProcess[str], code: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"lnserve: error [{code}]: "), proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    return lines[0]
 
 
 @pytest.mark.parametrize("name", [*OE_FIXTURES, *ST_FIXTURES])

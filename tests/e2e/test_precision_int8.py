@@ -34,6 +34,7 @@ from lnserve.converters.artifact import read_artifact
 from lnserve.converters.int8_calibration import PEAKS_FILE
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import LiveServer, start_server
+from tests.support.vector_checks import cosines
 
 COSINE_BAR = 0.999  # the bar for every vector
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -41,12 +42,6 @@ _DEMO = shipped_demo()
 _FEATS, _IDS, _PAYLOADS = _DEMO.gallery_data()
 SENTENCES: list[str] = [p["description"] for p in _PAYLOADS[:24]]  # the demo world's own captions
 FEATURES: np.ndarray = np.asarray(_FEATS[:6], dtype=np.float32)  # image features (dim_image) of that world
-
-
-def cosines(a: Any, b: Any) -> np.ndarray:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    assert a.shape == b.shape and a.ndim == 2, (a.shape, b.shape)
-    return np.asarray((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
 
 
 def fused_built() -> bool:

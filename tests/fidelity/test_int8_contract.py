@@ -17,14 +17,10 @@ from lnserve.app.runtime.onnx_export import build_graphs
 from lnserve.app.runtime.onnx_graph.gemms import SCHEMES
 from lnserve.converters.families import family_of
 from tests.conftest import LEGACY, OE_MODELS, ST_VARIANTS, golden, inputs
+from tests.support.vector_checks import cosines
 
 COSINE_BAR = 0.999  # the bar for every vector
 BATCH_TOL = 1e-5  # the fidelity standard for batching and padding, kept in int8 too
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return np.asarray((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
 
 
 @pytest.fixture(params=["fused", "plain"])

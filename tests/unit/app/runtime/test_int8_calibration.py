@@ -27,17 +27,13 @@ from lnserve.converters.artifact import MANIFEST, add_files, model_identity, rea
 from lnserve.converters.errors import ManifestMismatchError
 from lnserve.converters.int8_calibration import PEAK_FLOOR, PEAKS_FILE, SECTION
 from tests.conftest import inputs
+from tests.support.vector_checks import cosines
 
 OE, ST = "oe_order_lngru", "skipthoughts_lngru"
 
 
 def sentences(name: str) -> list[str]:
     return inputs()["order_embedding"]["captions"] if name == OE else inputs()["skipthoughts"]["sentences"]
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return np.asarray((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
 
 
 @pytest.fixture
