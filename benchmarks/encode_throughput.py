@@ -320,6 +320,17 @@ def build_setup(n_in: int, d: int, args: argparse.Namespace) -> Setup:
         sessions["onnx[int8]"] = ort_session(
             model, args.threads, library=FUSED.library if FUSED.available else None
         )
+    if "int8-calibrated" in args.precisions:  # lnserve calibrate's graph: the state / peaks, clipped
+        # the calibrated graph's extra ops (Mul, Clip) at peaks that clip nothing: the speed of calibration,
+        # with the vectors of onnx[int8] (made-up peaks below this random model's states would clip them)
+        peaks = np.ones(d, np.float32)
+        model = build_recurrent_encoder_graph(
+            "lngru", w, fused=FUSED.available, precision="int8", int8_scheme=int8_scheme_for(cpu_flags()),
+            state_peaks=peaks,
+        )  # fmt: skip
+        sessions["onnx[int8-cal]"] = ort_session(
+            model, args.threads, library=FUSED.library if FUSED.available else None
+        )
     if "bf16" in args.precisions:
         if why := bf16_unsupported(cpu_flags()):
             print(f"torch[bf16] not run: {why}", file=sys.stderr)
@@ -489,7 +500,13 @@ def print_table(
 def precision_rows(rows: list[Row]) -> None:
     """Each reduced precision's speed against fp32 of the same run: int8 against the served fp32 graph,
     bf16 (torch) against it and against the fp32 torch backend it is a profile of."""
-    pairs = (("onnx[int8]", "onnx"), ("torch[bf16]", "onnx"), ("torch[bf16]", "torch"))
+    pairs = (
+        ("onnx[int8]", "onnx"),
+        ("onnx[int8-cal]", "onnx"),
+        ("onnx[int8-cal]", "onnx[int8]"),
+        ("torch[bf16]", "onnx"),
+        ("torch[bf16]", "torch"),
+    )
     for label, _, _, steps, b, timings, _ in rows:
         found = [f"{new} {timings[base].seconds / timings[new].seconds:.2f}x {base}"
                  for new, base in pairs if new in timings and base in timings]  # fmt: skip
@@ -667,7 +684,7 @@ def parse_args() -> argparse.Namespace:
         "--precisions",
         type=_csv(str),
         default=["int8", "bf16"],
-        help="reduced-precision rows: onnx[int8], torch[bf16] ('' for none)",
+        help="reduced-precision rows: onnx[int8], onnx[int8-cal] (int8-calibrated), torch[bf16] ('': none)",
     )
     args = parser.parse_args()
     from benchmarks.graph_variants import VARIANTS
@@ -677,7 +694,7 @@ def parse_args() -> argparse.Namespace:
         ("--graphs", args.graphs, VARIANTS),
         ("--compiled", args.compiled, COMPILE_MODES),
         ("--dims", args.dims or [], DIM_KEYS),
-        ("--precisions", [p for p in args.precisions if p], ("int8", "bf16")),
+        ("--precisions", [p for p in args.precisions if p], ("int8", "int8-calibrated", "bf16")),
     ):
         if unknown := sorted(set(given) - set(known)):
             parser.error(f"{flag}: unknown {', '.join(unknown)}; expected some of {', '.join(known)}")
