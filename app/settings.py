@@ -201,6 +201,13 @@ class Settings(BaseSettings):
         "(admitted, not yet queued: bodies being parsed, clients just answered) to join its batch. A lone "
         "request never waits; 0 turns it off.",
     )
+    inline_batch_max_ms: float = Field(
+        0.5,
+        ge=0,
+        description="A batch whose model call is predicted (the least of the last calls of its shape) to "
+        "take at most this long runs on the event loop instead of the model's worker thread, whose hop and "
+        "GIL hand-offs cost more than a small model's call; 0 turns it off.",
+    )
     max_queue: int = Field(1024, ge=1, description="Sentences waiting per model; beyond it, 429.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429.")
     request_timeout_ms: float = Field(

@@ -6,8 +6,11 @@
   plain-text 500) and the process exits soon after the deadline.
 * Fatal startup errors: a model that cannot load while the server starts calls ``startup_failed``; the
   server stops and ``lnserve serve`` reports the error as one line, exit 2.
+* Loaded: when the background start-up has loaded every model the app calls ``loaded``; the server
+  freezes what start-up left alive out of the garbage collector's passes (``on_loaded``).
 
-Without a server (the app in-process, in tests) nothing calls ``begin_drain`` and ``on_fatal`` is unset.
+Without a server (the app in-process, in tests) nothing calls ``begin_drain`` and ``on_fatal`` and
+``on_loaded`` are unset.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class Lifecycle:
         self._cuts: set[DrainCut] = set()
         self.fatal: LnserveError | None = None
         self.on_fatal: Callable[[], None] | None = None  # set by the server: stop serving
+        self.on_loaded: Callable[[], None] | None = None  # set by the server: start-up is over
         self.inflight = 0  # requests admitted by the middleware and not yet answered (probes not counted)
 
     def begin_drain(self, deadline: float) -> None:
@@ -93,3 +97,8 @@ class Lifecycle:
             self.fatal = error
         if self.on_fatal is not None:
             self.on_fatal()
+
+    def loaded(self) -> None:
+        """Every model has loaded (the background start-up is over; ``/ready`` says so)."""
+        if self.on_loaded is not None:
+            self.on_loaded()

@@ -105,14 +105,16 @@ async def _load(app: FastAPI) -> None:
         except Exception:  # the demo gallery is a convenience: never fail serving over it
             log.exception("could not install the demo gallery")
     failed = await app.state.registry.load()
-    if failed:
-        name, error = next(iter(failed.items()))
-        code = error.code if isinstance(error, LnserveError) else type(error).__name__
-        app.state.lifecycle.startup_failed(
-            error  # its own code and fix (pip install 'lnserve[torch]'), which the message names
-            if isinstance(error, MissingExtraError)
-            else ModelLoadError(f"model {name!r} cannot be loaded ({code}: {error})")
-        )
+    if not failed:
+        app.state.lifecycle.loaded()
+        return
+    name, error = next(iter(failed.items()))
+    code = error.code if isinstance(error, LnserveError) else type(error).__name__
+    app.state.lifecycle.startup_failed(
+        error  # its own code and fix (pip install 'lnserve[torch]'), which the message names
+        if isinstance(error, MissingExtraError)
+        else ModelLoadError(f"model {name!r} cannot be loaded ({code}: {error})")
+    )
 
 
 async def _open_galleries(store: GalleryStoreAPI) -> None:

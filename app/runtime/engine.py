@@ -77,11 +77,16 @@ def finite_parts(vectors: np.ndarray, sizes: Sequence[int], what: str) -> list[n
     """``vectors`` cut into consecutive parts of ``sizes`` rows (one per job of a micro-batch), each part as
     it is or, where a row of it is not finite, the ``EncodeInputError`` naming that row within the part:
     one request's overflow never fails the requests batched with it. The rule is ``check_finite``'s."""
-    parts = np.split(vectors, np.cumsum(sizes)[:-1])
+    bad = bad_rows(vectors)  # one pass over the whole batch (run per micro-batch)
     out: list[np.ndarray | EncodeInputError] = []
-    for part in parts:
-        bad = bad_rows(part)
-        out.append(nonfinite_error(what, int(bad[0]), len(bad)) if len(bad) else part)
+    start = 0
+    for size in sizes:
+        end = start + size
+        here = bad[(bad >= start) & (bad < end)] if len(bad) else bad
+        out.append(
+            nonfinite_error(what, int(here[0]) - start, len(here)) if len(here) else vectors[start:end]
+        )
+        start = end
     return out
 
 

@@ -522,6 +522,7 @@ class ModelRegistry:
             max_queue=s.max_queue,
             retry_after_s=s.retry_after_s,
             deadline_s=s.request_timeout_ms / 1000.0,
+            inline_max_s=s.inline_batch_max_ms / 1000.0,
         )
         for name, path, manifest in resolved:
             batcher = MicroBatcher(
