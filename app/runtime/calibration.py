@@ -45,9 +45,9 @@ class StateTracer:
 
     name = "onnx"
     precision = "fp32"
-    providers = ["CPUExecutionProvider"]  # the fp32 profile is the reference: the CPU provider measures it
 
     def __init__(self, artifact: Artifact, *, threads: int | None = None) -> None:
+        self.providers = ["CPUExecutionProvider"]  # the fp32 reference, as the CPU provider computes it
         if artifact.partial_rms != 1.0:
             raise OnnxModelError(
                 f"{artifact.path}: partial RMSNorm (p={artifact.partial_rms}) has no ONNX graph, so no int8 "
