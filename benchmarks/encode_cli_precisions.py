@@ -7,7 +7,8 @@ The model is a random-weight LN-GRU order-embedding at the published dims (300 -
 encoded with ``--batch-size 128``. Each round runs every precision once, in turn, as a fresh CLI process; a
 precision's rate is sentences over the time its ``Engine.encode`` call took inside that process (a wrapper
 times the call: interpreter start, model load and writing the output are left out). Each precision keeps
-its best round; ratios are against fp32's.
+its best round; ratios are against fp32's. ``int8-calibrated`` is int8 on a copy of the model that ``lnserve
+calibrate`` measured on the same sentences (the calibrated graph's cost).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,7 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--precisions", default="fp32,int8,bf16")
+    parser.add_argument("--precisions", default="fp32,int8,int8-calibrated,bf16")
     args = parser.parse_args()
     flags = cpu_flags()
     print(
@@ -81,6 +83,12 @@ def main() -> None:
         rng = np.random.default_rng(0)
         lines = [" ".join(rng.choice(vocab, size=13)) for _ in range(args.sentences)]
         (tmp / "s.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        models = {p: model for p in args.precisions.split(",")}
+        if "int8-calibrated" in models:
+            models["int8-calibrated"] = calibrated = Path(shutil.copytree(model, tmp / "model-calibrated"))
+            cli = [sys.executable, "-c", "from lnserve.app.cli import main; main()"]
+            args_ = ["calibrate", str(calibrated), "--texts", str(tmp / "s.txt")]
+            subprocess.run([*cli, *args_], capture_output=True, check=True)
         best: dict[str, float] = {}
         skipped: dict[str, str] = {}
         for _ in range(args.rounds):
@@ -88,18 +96,18 @@ def main() -> None:
                 if p in skipped:
                     continue
                 try:
-                    seconds = run_cli(model, tmp / "s.txt", tmp / f"{p}.npy", p)
+                    seconds = run_cli(models[p], tmp / "s.txt", tmp / f"{p}.npy", p.partition("-")[0])
                 except RuntimeError as exc:
                     skipped[p] = str(exc)
                     continue
                 best[p] = min(best.get(p, float("inf")), seconds)
     base = best.get("fp32")
-    print(f"{'precision':10} {'sentences/s':>12} {'vs fp32':>8}   (B=128, T=13, {args.sentences} sentences)")
+    print(f"{'precision':16} {'sentences/s':>12} {'vs fp32':>8}   (B=128, T=13, {args.sentences} sentences)")
     for p, seconds in best.items():
         ratio = f"{base / seconds:7.2f}x" if base else "-"
-        print(f"{p:10} {args.sentences / seconds:12.0f} {ratio:>8}")
+        print(f"{p:16} {args.sentences / seconds:12.0f} {ratio:>8}")
     for p, why in skipped.items():
-        print(f"{p:10} not run: {why}")
+        print(f"{p:16} not run: {why}")
 
 
 if __name__ == "__main__":
