@@ -1,7 +1,7 @@
 """``lnserve calibrate`` through the real CLI (subprocesses): it records its calibration set in the manifest,
 changes int8 vectors and the int8 gallery pin and nothing else (fp32 vectors bit for bit, fp32 galleries),
 ``info`` shows it, and bad input (a missing or blank text file, no artifact, a crafted peaks file) is one
-line and exit 2 with the artifact left as it was."""
+line and exit 2 with the artifact left as it was; a real int8 server takes a calibration at its reload."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from safetensors.numpy import save
@@ -17,9 +18,12 @@ from safetensors.numpy import save
 from lnserve.converters.artifact import add_files, read_artifact
 from lnserve.converters.int8_calibration import PEAKS_FILE, SECTION
 from tests.conftest import golden, inputs, run_cli
+from tests.e2e.server import start_server
 from tests.support.vector_checks import cosines, one_error_line
 
 MODEL = "oe_order_lngru"
+MODEL_NAME = MODEL  # the name its manifest gives it: what the server serves it as
+KEY = "calibrate-test-key"
 
 
 @pytest.fixture
@@ -131,3 +135,61 @@ def test_a_crafted_peaks_file_is_one_line(model: Path, captions: Path, tmp_path:
     assert "peaks" in line and PEAKS_FILE in line, line
     assert not (tmp_path / "o.npy").exists()
     run_cli(*args, check=True)  # fp32 does not read the calibration
+
+
+def test_a_server_reloads_a_calibration(model: Path, tmp_path: Path) -> None:
+    """A real int8 server: calibrating its model on disk changes nothing until a reload; after the reload it
+    encodes with the peaks, its int8 caption gallery made before answers 422 ``gallery_mismatch`` naming the
+    calibration, and a caption gallery made now pins it. A reload of a crafted calibration fails with the
+    reason and keeps the calibrated model serving."""
+    texts = inputs()["order_embedding"]["captions"]
+    src = tmp_path / "captions.txt"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    gdir = tmp_path / "galleries"
+    env = {"LNSERVE_GALLERIES_DIR": str(gdir), "LNSERVE_API_KEY": KEY}
+    server = start_server(tmp_path, "--models", str(model), "--precision", "int8", env=env)
+    try:
+        with httpx.Client(base_url=server.url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as c:
+
+            def encode() -> np.ndarray:
+                r = c.post("/encode", json={"sentences": texts, "pretokenized": True})
+                assert r.status_code == 200, r.text
+                return np.asarray(r.json()["vectors"], dtype=np.float32)
+
+            def search(gallery: str) -> httpx.Response:
+                return c.post("/retrieve", json={"gallery": gallery, "query": {"text": texts[0]}, "k": 2})
+
+            items = [{"id": f"c{i}", "text": t} for i, t in enumerate(texts[:6])]
+            assert c.post("/galleries", json={"name": "before", "kind": "captions"}).status_code == 201
+            assert c.post("/galleries/before/items", json={"items": items}).status_code == 200
+            plain = encode()
+
+            run_cli("calibrate", str(model), "--texts", str(src), check=True)
+            np.testing.assert_array_equal(encode(), plain)  # the loaded graphs serve until a reload
+            r = c.post(f"/models/{MODEL_NAME}/reload")
+            assert r.status_code == 200, r.text
+            calibrated = encode()
+            assert not np.array_equal(calibrated, plain)
+            assert cosines(calibrated, golden(MODEL)["sent_emb"]).min() >= 0.999
+
+            r = search("before")
+            assert r.status_code == 422 and r.json()["error"]["code"] == "gallery_mismatch", r.text
+            assert "calibration" in r.json()["error"]["message"], r.text
+            tag = read_artifact(model).manifest["files"][PEAKS_FILE]["sha256"][:16]
+            assert c.post("/galleries", json={"name": "after", "kind": "captions"}).status_code == 201
+            assert c.post("/galleries/after/items", json={"items": items}).status_code == 200
+            assert c.get("/galleries/after").json()["model_identity"].endswith(f":int8@{tag}")
+            assert search("after").status_code == 200
+
+            # a crafted peaks file on disk: the reload fails with the reason, the calibrated model serves on
+            add_files(
+                model, read_artifact(model).manifest, [(PEAKS_FILE, save({"sentence": np.zeros(2, "f")}))]
+            )
+            r = c.post(f"/models/{MODEL_NAME}/reload")
+            assert r.status_code == 422 and r.json()["error"]["code"] == "reload_failed", r.text
+            assert "peaks" in r.json()["error"]["message"], r.text
+            np.testing.assert_array_equal(encode(), calibrated)
+            assert c.get("/health").status_code == 200
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log(), server.log()[-4000:]
