@@ -39,7 +39,7 @@ from benchmarks.http_load import published_size_model  # noqa: E402
 from lnserve.app.runtime.cpu_features import cpu_flags, int8_scheme_for, isa_summary  # noqa: E402
 from lnserve.app.runtime.engine import Engine  # noqa: E402
 from lnserve.app.runtime.evaluation import i2t, t2i  # noqa: E402
-from lnserve.converters.int8_calibration import PEAKS_FILE, SECTION  # noqa: E402
+from lnserve.converters.int8_calibration import SECTION, peaks_file  # noqa: E402
 from lnserve.converters.order_embedding import read_order_embedding, write_order_embedding  # noqa: E402
 from lnserve.converters.skip_thoughts import convert_skip_thoughts  # noqa: E402
 from lnserve.errors import LnserveError  # noqa: E402
@@ -142,8 +142,8 @@ def uncalibrated_copy(model: Path, out: Path) -> Path:
     """``model`` without its int8 calibration: the fixed state scale of ``onnx_graph.gemms``."""
     shutil.copytree(model, out, ignore=shutil.ignore_patterns("*.py", "__pycache__", "int8"))
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    manifest["files"].pop(peaks_file(manifest), None)
     manifest.pop(SECTION, None)
-    manifest["files"].pop(PEAKS_FILE, None)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out
 

@@ -14,7 +14,6 @@ of 0.016-0.96 on the demo model, and clipping real sentences to those dropped a 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ import onnxruntime as ort
 from safetensors.numpy import save
 
 from ...converters.artifact import Artifact, add_files, read_artifact
-from ...converters.int8_calibration import PEAK_FLOOR, PEAKS_FILE, SECTION
+from ...converters.int8_calibration import PEAK_FLOOR, PEAKS_DIR, SECTION, peaks_file_name
 from .engine import Engine
 from .errors import EncodeInputError, OnnxModelError
 from .onnx_backend import session_options
@@ -101,7 +100,9 @@ def calibrate(
     """Measure the peaks, write them into the artifact and record the calibration set in its manifest.
 
     Returns the manifest's ``int8_calibration`` section. The model's identity, and so every fp32 gallery
-    pin, is unchanged; int8 pins name the new calibration (``precisions.with_precision``)."""
+    pin, is unchanged; int8 pins name the new calibration (``precisions.with_precision``). Until the
+    manifest is renamed into place the previous calibration stays listed and on disk: a kill or a full disk
+    part way leaves a model that loads as before (at worst with an unlisted file beside it)."""
     artifact = read_artifact(Path(model_dir))
     if len(sentences) < ADVISED_SIZE:
         log.warning(
@@ -112,14 +113,22 @@ def calibrate(
         )
     peaks = measure_state_peaks(artifact, sentences, threads=threads, progress=progress)
     data = save(peaks)
+    name = peaks_file_name(data)
     section = {
         "version": CALIBRATION_VERSION,
-        "file": PEAKS_FILE,
+        "file": name,
         "statistic": "max |h| per state feature over every valid step, floored at 1/32",
         "texts": texts_name,
         "texts_sha256": texts_sha256,
         "size": len(sentences),
-        "peaks_sha256": hashlib.sha256(data).hexdigest(),
     }
-    add_files(artifact.path, artifact.manifest, [(PEAKS_FILE, data)], **{SECTION: section})
+    # the new peaks beside the old ones; the manifest's rename switches to them; then the old ones go
+    old = [f for f in artifact.manifest["files"] if f.startswith(PEAKS_DIR) and f != name]
+    manifest = {
+        **artifact.manifest,
+        "files": {f: m for f, m in artifact.manifest["files"].items() if f not in old},
+    }
+    add_files(artifact.path, manifest, [(name, data)], **{SECTION: section})
+    for f in old:
+        (artifact.path / f).unlink(missing_ok=True)
     return section

@@ -33,7 +33,7 @@ def ship(
         if old.suffix != ".py" and old.name != "__pycache__":
             shutil.rmtree(old) if old.is_dir() else old.unlink()
     for name in [MANIFEST, *artifact.manifest["files"]]:
-        (out / name).parent.mkdir(exist_ok=True)  # int8/state_peaks.safetensors: its calibration
+        (out / name).parent.mkdir(exist_ok=True)  # int8/: its calibration
         shutil.copy2(model / name, out / name)
     images = np.load(world / "test_ims.npy", allow_pickle=False)[:size]
     np.save(out / GALLERY_IMAGES, images.astype(np.float32))

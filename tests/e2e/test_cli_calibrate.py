@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import resource
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -16,7 +21,7 @@ import pytest
 from safetensors.numpy import save
 
 from lnserve.converters.artifact import add_files, read_artifact
-from lnserve.converters.int8_calibration import PEAKS_FILE, SECTION
+from lnserve.converters.int8_calibration import PEAKS_NAME, SECTION, calibration_tag, peaks_file_name
 from tests.conftest import golden, inputs, run_cli
 from tests.e2e.server import start_server
 from tests.support.vector_checks import cosines, one_error_line
@@ -24,6 +29,14 @@ from tests.support.vector_checks import cosines, one_error_line
 MODEL = "oe_order_lngru"
 MODEL_NAME = MODEL  # the name its manifest gives it: what the server serves it as
 KEY = "calibrate-test-key"
+
+
+def crafted(model: Path, peaks: dict[str, np.ndarray]) -> None:
+    """A peaks file written as a hostile artifact would have it: listed with its true sha256 and named by the
+    section, so that only the calibration's own checks stand between it and the graph."""
+    data = save(peaks)
+    name = peaks_file_name(data)
+    add_files(model, read_artifact(model).manifest, [(name, data)], **{SECTION: {"file": name}})
 
 
 @pytest.fixture
@@ -62,18 +75,22 @@ def test_calibrate_changes_int8_and_its_pin_only(model: Path, captions: Path, tm
     texts = tmp_path / "calibration set.txt"  # a name with a space: recorded as given
     texts.write_text("\n\n".join(inputs()["order_embedding"]["captions"]) + "\n\n", encoding="utf-8")
     proc = run_cli("calibrate", str(model), "--texts", str(texts), "--size", "3", check=True)
-    assert f"{PEAKS_FILE}: int8 state peaks from 3 sentences of calibration set.txt" in proc.stdout
+    assert ": int8 state peaks from 3 sentences of calibration set.txt" in proc.stdout
 
     assert "calibrating on 3 sentences (fewer than 1000)" in proc.stderr  # few: a warning, and they clip
     section = json.loads((model / "manifest.json").read_text(encoding="utf-8"))[SECTION]
     assert section["texts"] == "calibration set.txt" and section["size"] == 3
     assert section["texts_sha256"] == hashlib.sha256(texts.read_bytes()).hexdigest()
-    assert section["file"] == PEAKS_FILE
-    first = read_artifact(model).manifest["files"][PEAKS_FILE]["sha256"]
-    # calibrating again replaces it: every non-blank line of the file this time (blank lines are not text)
+    first = section["file"]
+    assert PEAKS_NAME.fullmatch(first) and f"{model / first}: " in proc.stdout
+    # calibrating again replaces it: every non-blank line of the file this time (blank lines are not text);
+    # the first peaks file is gone, the new one listed and named by its sha256
     proc = run_cli("calibrate", str(model), "--texts", str(texts), check=True)
     assert "from 40 sentences" in proc.stdout
-    assert read_artifact(model).manifest["files"][PEAKS_FILE]["sha256"] != first
+    manifest = read_artifact(model).manifest
+    now = manifest[SECTION]["file"]
+    assert now != first and not (model / first).exists() and first not in manifest["files"]
+    assert sorted(p.name for p in (model / "int8").iterdir()) == [now.removeprefix("int8/")]
 
     fp32 = encode(model, captions, tmp_path / "fp32-after.npy", "--precision", "fp32")
     np.testing.assert_array_equal(fp32, before["fp32"])
@@ -120,8 +137,7 @@ def test_bad_input_is_one_line_and_leaves_the_artifact(model: Path, tmp_path: Pa
 def test_a_crafted_peaks_file_is_one_line(model: Path, captions: Path, tmp_path: Path) -> None:
     d = int(read_artifact(model).manifest["dims"]["dim"])
     peaks = np.full(d, 1e-30, np.float32)  # every state would saturate
-    add_files(model, read_artifact(model).manifest, [(PEAKS_FILE, save({"sentence": peaks}))],
-              **{SECTION: {"file": PEAKS_FILE}})  # fmt: skip
+    crafted(model, {"sentence": peaks})
     args = [
         "encode",
         str(model),
@@ -132,7 +148,7 @@ def test_a_crafted_peaks_file_is_one_line(model: Path, captions: Path, tmp_path:
         "--pretokenized",
     ]
     line = one_error_line(run_cli(*args, "--precision", "int8"), "manifest_mismatch")
-    assert "peaks" in line and PEAKS_FILE in line, line
+    assert "peaks" in line and "int8/state_peaks-" in line, line
     assert not (tmp_path / "o.npy").exists()
     run_cli(*args, check=True)  # fp32 does not read the calibration
 
@@ -175,16 +191,14 @@ def test_a_server_reloads_a_calibration(model: Path, tmp_path: Path) -> None:
             r = search("before")
             assert r.status_code == 422 and r.json()["error"]["code"] == "gallery_mismatch", r.text
             assert "calibration" in r.json()["error"]["message"], r.text
-            tag = read_artifact(model).manifest["files"][PEAKS_FILE]["sha256"][:16]
+            tag = calibration_tag(read_artifact(model).manifest)
             assert c.post("/galleries", json={"name": "after", "kind": "captions"}).status_code == 201
             assert c.post("/galleries/after/items", json={"items": items}).status_code == 200
             assert c.get("/galleries/after").json()["model_identity"].endswith(f":int8@{tag}")
             assert search("after").status_code == 200
 
             # a crafted peaks file on disk: the reload fails with the reason, the calibrated model serves on
-            add_files(
-                model, read_artifact(model).manifest, [(PEAKS_FILE, save({"sentence": np.zeros(2, "f")}))]
-            )
+            crafted(model, {"sentence": np.zeros(2, "f")})
             r = c.post(f"/models/{MODEL_NAME}/reload")
             assert r.status_code == 422 and r.json()["error"]["code"] == "reload_failed", r.text
             assert "peaks" in r.json()["error"]["message"], r.text
@@ -193,3 +207,44 @@ def test_a_server_reloads_a_calibration(model: Path, tmp_path: Path) -> None:
     finally:
         server.stop()
     assert "Traceback" not in server.log(), server.log()[-4000:]
+
+
+def test_a_full_disk_part_way_through_a_recalibration_keeps_the_calibration_in_use(
+    model: Path, captions: Path, tmp_path: Path
+) -> None:
+    """The new peaks file fits, the manifest does not (a file-size limit stands in for the full disk, as in
+    test_cli_files): one line, ``storage_full``, and the model loads and encodes at int8 exactly as it did
+    with the calibration in use (the new file was written beside it, never over it; the same holds for a
+    kill between the two writes)."""
+    texts = inputs()["order_embedding"]["captions"]
+    first = tmp_path / "first.txt"
+    first.write_text("\n".join(texts[:10]) + "\n", encoding="utf-8")
+    run_cli("calibrate", str(model), "--texts", str(first), check=True)
+    calibrated = encode(model, captions, tmp_path / "before.npy", "--precision", "int8")
+    manifest = (model / "manifest.json").read_bytes()
+    peaks_bytes = (model / json.loads(manifest)[SECTION]["file"]).stat().st_size
+    assert peaks_bytes + 64 < len(manifest)
+
+    again = tmp_path / "again.txt"
+    again.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    limit = peaks_bytes + 64
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", "from lnserve.app.cli import main; main()", "calibrate", str(model),
+         "--texts", str(again)],
+        capture_output=True, text=True, timeout=300, preexec_fn=small_files,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr  # storage_full: exit 1
+    line = proc.stderr.strip().splitlines()[-1]  # after the few-sentences warning
+    assert line.startswith("lnserve: error [storage_full]: ") and "manifest.json" in line, line
+    assert (model / "manifest.json").read_bytes() == manifest
+    np.testing.assert_array_equal(
+        encode(model, captions, tmp_path / "after.npy", "--precision", "int8"), calibrated
+    )
+    run_cli("calibrate", str(model), "--texts", str(again), check=True)  # with room again, it goes through
+    assert len(list((model / "int8").iterdir())) == 1  # the file the failed run left is the one it wrote now

@@ -31,7 +31,7 @@ from lnserve.app.demo_model.data import ensure_demo_artifact
 from lnserve.app.galleries.demo import shipped_demo
 from lnserve.app.runtime.fused_op.loader import fused_op_status
 from lnserve.converters.artifact import read_artifact
-from lnserve.converters.int8_calibration import PEAKS_FILE
+from lnserve.converters.int8_calibration import calibration_tag
 from tests.conftest import LEGACY, golden, inputs, run_cli
 from tests.e2e.server import LiveServer, start_server
 from tests.support.vector_checks import cosines
@@ -221,7 +221,7 @@ def test_galleries_across_precisions(tmp_path: Path) -> None:
             assert c.post("/galleries/imgs32/items", json=more).status_code == 200
             # a caption gallery made at int8 pins int8, and the shipped demo's calibration (lnserve calibrate)
             caps8 = _create(c, "caps8", "captions", CAPTIONS)
-            tag = read_artifact(ensure_demo_artifact()).manifest["files"][PEAKS_FILE]["sha256"][:16]
+            tag = calibration_tag(read_artifact(ensure_demo_artifact()).manifest)
             assert caps8["model_identity"] == caps32["model_identity"] + ":int8@" + tag, caps8
             r = _retrieve(c, "caps8", IMAGE_QUERY, k=len(CAPTIONS))
             assert r.status_code == 200 and len(r.json()["results"]) == len(CAPTIONS), r.text

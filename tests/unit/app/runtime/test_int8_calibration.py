@@ -5,7 +5,6 @@ the uncalibrated graph bit for bit, and a crafted peaks file or section is refus
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
 from lnserve.app.runtime.precisions import IDENTITY, calibration_of, describe_identity, one_profile
 from lnserve.converters.artifact import MANIFEST, add_files, model_identity, read_artifact
 from lnserve.converters.errors import ManifestMismatchError
-from lnserve.converters.int8_calibration import PEAK_FLOOR, PEAKS_FILE, SECTION
+from lnserve.converters.int8_calibration import PEAK_FLOOR, SECTION, calibration_tag, peaks_file_name
 from tests.conftest import inputs
 from tests.support.vector_checks import cosines
 
@@ -122,7 +121,8 @@ def test_calibration_changes_int8_vectors_and_the_int8_pin_only(copy_of: Callabl
 
     assert section["size"] == len(texts) and section["texts"] == "captions.txt"
     manifest = read_artifact(path).manifest
-    assert manifest[SECTION] == section and PEAKS_FILE in manifest["files"]
+    assert manifest[SECTION] == section and section["file"] in manifest["files"]
+    assert (path / section["file"]).is_file()
     assert model_identity(manifest) == refs["fp32"].identity  # fp32 galleries stay valid
     after = {p: Engine.open(path, precision=p) for p in ("fp32", "int8")}
     np.testing.assert_array_equal(after["fp32"].encode_sentences(texts), vectors["fp32"])
@@ -131,7 +131,8 @@ def test_calibration_changes_int8_vectors_and_the_int8_pin_only(copy_of: Callabl
     assert cosines(int8, vectors["fp32"]).min() >= 0.999
 
     ref = after["int8"].model_ref()
-    tag = manifest["files"][PEAKS_FILE]["sha256"][:16]
+    tag = manifest["files"][section["file"]]["sha256"][:16]
+    assert calibration_tag(manifest) == tag and section["file"] == f"int8/state_peaks-{tag}.safetensors"
     assert ref.identity == refs["int8"].identity
     assert (
         ref.identity_for("captions") == f"{ref.identity}:int8@{tag}" != refs["int8"].identity_for("captions")
@@ -148,12 +149,24 @@ def test_calibration_changes_int8_vectors_and_the_int8_pin_only(copy_of: Callabl
 
 
 # -- crafted calibrations ---------------------------------------------------------------------------------
-def _write(path: Path, peaks: dict[str, np.ndarray] | None, **section: Any) -> None:
-    """Store ``peaks`` as the artifact's peaks file (listed with its true sha256, so the file check passes
-    and only the calibration's own checks stand between it and the graph) and set the section."""
-    artifact = read_artifact(path)
-    files = [] if peaks is None else [(PEAKS_FILE, save(peaks))]
-    add_files(path, artifact.manifest, files, **{SECTION: {"file": PEAKS_FILE, **section}})
+def _store(path: Path, data: bytes, name: str | None = None, **section: Any) -> None:
+    """Store ``data`` as the artifact's peaks file, under its own name unless given another (listed with its
+    true sha256, so the file check passes and only the calibration's own checks stand between it and the
+    graph), and set the section naming it."""
+    name = name or peaks_file_name(data)
+    add_files(path, read_artifact(path).manifest, [(name, data)], **{SECTION: {"file": name, **section}})
+
+
+def _write(path: Path, peaks: dict[str, np.ndarray]) -> None:
+    _store(path, save(peaks))
+
+
+def _unlisted(path: Path) -> None:
+    """The section names a peaks file the manifest does not list (the file is there)."""
+    data = save({"sentence": np.ones(_d(path), np.float32)})
+    (path / "int8").mkdir()
+    (path / peaks_file_name(data)).write_bytes(data)
+    add_files(path, read_artifact(path).manifest, [], **{SECTION: {"file": peaks_file_name(data)}})
 
 
 def _d(path: Path) -> int:
@@ -174,14 +187,15 @@ CRAFTED: dict[str, Callable[[Path], None]] = {
     "tiny": lambda p: _write(p, {"sentence": np.full(_d(p), 1e-30, np.float32)}),
     "negative": lambda p: _write(p, {"sentence": -np.ones(_d(p), np.float32)}),
     "above one": lambda p: _write(p, {"sentence": np.full(_d(p), 1.5, np.float32)}),
-    "not listed": lambda p: _write(p, None),
-    "section names another file": lambda p: (
-        _write(p, {"sentence": np.ones(_d(p), np.float32)}),
-        _write(p, None, file="weights.safetensors"),
+    "not listed": _unlisted,
+    "section names another file": lambda p: add_files(
+        p, read_artifact(p).manifest, [], **{SECTION: {"file": "weights.safetensors"}}
     ),
-    "not safetensors": lambda p: add_files(
-        p, read_artifact(p).manifest, [(PEAKS_FILE, b"\x80\x04K\x01.")], **{SECTION: {"file": PEAKS_FILE}}
+    "a name outside int8/": lambda p: _store(p, save({"sentence": np.ones(_d(p), np.float32)}), "peaks.bin"),
+    "a tag that is not its sha256": lambda p: _store(
+        p, save({"sentence": np.ones(_d(p), np.float32)}), "int8/state_peaks-0123456789abcdef.safetensors"
     ),
+    "not safetensors": lambda p: _store(p, b"\x80\x04K\x01."),
 }
 
 
@@ -189,9 +203,6 @@ CRAFTED: dict[str, Callable[[Path], None]] = {
 def test_a_crafted_calibration_is_refused(how: str, copy_of: Callable[[str], Path]) -> None:
     path = copy_of(OE)
     CRAFTED[how](path)
-    if how == "section names another file":  # _write replaced the section: point it elsewhere
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        assert manifest[SECTION]["file"] == "weights.safetensors"
     with pytest.raises(ManifestMismatchError) as info:
         Engine.open(path, precision="int8")
     assert info.value.code == "manifest_mismatch"
