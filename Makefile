@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 SUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
 CORE_STAMP := $(VENV)/.installed-core-$(SUM)
 DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
-BUILD_INPUTS := pyproject.toml app/runtime/fused_op/lngru_step.cc app/runtime/fused_op/ort_abi.h  # the .cc: rebuild the op
+BUILD_INPUTS := pyproject.toml $(wildcard app/runtime/fused_op/*.cc app/runtime/fused_op/*.h)  # the sources: rebuild the op
 
 .PHONY: serve test typecheck lint bench demo-model clean
 

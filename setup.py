@@ -22,8 +22,13 @@ for root in SUBPACKAGES:
 # compiled per x86-64 level and picked at load time (see lngru_step.cc), never -march=native.
 fused_op = Extension(
     "lnserve.app.runtime.fused_op.lib._lngru_step",  # lib/: not a package (fused_op.library_path)
-    sources=["app/runtime/fused_op/lngru_step.cc"],
-    depends=["app/runtime/fused_op/ort_abi.h"],
+    sources=["app/runtime/fused_op/lngru_step.cc", "app/runtime/fused_op/lngru_sequence.cc"],
+    depends=[
+        "app/runtime/fused_op/ort_abi.h",
+        "app/runtime/fused_op/ort_kernel.h",
+        "app/runtime/fused_op/lngru_math.h",
+        "app/runtime/fused_op/lngru_sequence.h",
+    ],
     language="c++",
     extra_compile_args=[
         "-O3",

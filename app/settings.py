@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from lnserve.errors import InvalidSettingError
 
 from .runtime.engine import BACKENDS, DEFAULT_BACKEND
+from .runtime.fused_op import SEQUENCE_MAX_D
 from .runtime.precisions import Precision
 from .runtime.retrieval import SCORERS
 
@@ -100,6 +101,13 @@ class Settings(BaseSettings):
         True,
         description="onnx backend on the CPU at fp32: run the lngru / rlngru step's norms and gates as one "
         "custom op (built by the install where a C++ compiler exists; without it, the plain graph).",
+    )
+    fused_sequence_max_dim: int = Field(
+        SEQUENCE_MAX_D,
+        ge=0,
+        description="With the fused op at fp32: lngru / rlngru parts whose state is at most this wide run "
+        "their whole recurrence as one custom op instead of a Scan of steps (faster for small cells, where "
+        "a Scan iteration's own cost is most of the time: docs/runtime.md); 0: never.",
     )
     galleries_dir: Path | None = Field(
         None, description="Root of the retrieval galleries (default ~/.local/share/lnserve/galleries)."

@@ -100,6 +100,7 @@ def info(
         "providers": engine.backend.providers,
         "precision": getattr(engine.backend, "precision", "fp32"),
         "graph": getattr(engine.backend, "graph", None),
+        "fused_forms": getattr(engine.backend, "fused_forms", None) or None,  # part -> sequence or step op
         "int8_scheme": getattr(engine.backend, "int8_scheme", None),  # int8: this CPU's activation scheme
         "int8_calibration": _calibration_summary(m),
         "onnx_exported": "onnx" in m,

@@ -3,7 +3,8 @@
 Graphs come from the artifact's ``onnx/`` export when present; otherwise they are built in memory from the
 weights (same builder), so ``--backend onnx`` works on any artifact. Graphs built in memory on the CPU
 provider at fp32 use the fused step for lngru / rlngru parts (``runtime.fused_op``: one custom op for the
-norms and gates) when its library was built at install and passes its self-check; ``graph`` says which.
+norms and gates) when its library was built at install and passes its self-check; ``graph`` says which, and
+``fused_forms`` which op each part runs (small fp32 cells: the whole recurrence as one op).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ...converters.artifact import Artifact
 from ...converters.families import family_of
 from .cpu_features import cpu_flags, int8_scheme_for
 from .errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
-from .fused_op import FUSED_CELLS
+from .fused_op import FUSED_CELLS, LN_SEQUENCE_OP, RMS_SEQUENCE_OP, SEQUENCE_MAX_D
 from .fused_op.loader import fused_op_status, register
 from .onnx_export import DEFAULT_FORM, EXPORT_FORMAT, build_fp16_graphs, build_graphs
 from .onnx_graph.gemms import SCHEMES
@@ -62,6 +63,7 @@ def session_options(threads: int | None) -> ort.SessionOptions:
 
 
 ort.set_default_logger_severity(3)
+SEQUENCE_OPS = {LN_SEQUENCE_OP, RMS_SEQUENCE_OP}
 
 
 class OnnxBackend:
@@ -81,6 +83,7 @@ class OnnxBackend:
         fused_op: bool = True,
         fused_library: Path | None = None,
         int8_scheme: str | None = None,
+        fused_sequence_max_dim: int = SEQUENCE_MAX_D,
     ) -> None:
         if backend_for(precision, "onnx") != "onnx":
             raise EncodeInputError(f"precision {precision} runs on the torch backend, not onnx")
@@ -101,6 +104,8 @@ class OnnxBackend:
             self.requested = [p for p in self.requested if p not in (CUDA, TENSORRT)] or [CPU]
         options = session_options(threads)
         self.graph, self.graph_note = "plain", ""  # "fused": the lngru / rlngru step as one custom op
+        self.fused_forms: dict[str, str] = {}  # part -> "sequence" or "step", for the fused graph
+        self.fused_sequence_max_dim = fused_sequence_max_dim
         if fused_op:
             self._try_fused(artifact, form, options, fused_library)
         else:
@@ -187,7 +192,16 @@ class OnnxBackend:
             fused=fused,
             precision=self.precision,
             int8_scheme=self.int8_scheme or "full",
+            sequence_max_dim=self.fused_sequence_max_dim,
         )  # check=False: ORT validates
+        self.fused_forms = {
+            part: "sequence" if {n.op_type for n in model.graph.node} & SEQUENCE_OPS else "step"
+            for part, model in graphs.items()
+            if fused and part != "image"
+        }
+        if self.fused_forms:
+            forms = ", ".join(f"{part}: {form} op" for part, form in self.fused_forms.items())
+            log.info("%s: fused graph parts: %s", artifact.name, forms)
         return {part: model.SerializeToString() for part, model in graphs.items()}
 
     def _session(self, source: bytes | str, options: ort.SessionOptions, part: str) -> ort.InferenceSession:

@@ -19,7 +19,7 @@ from ...converters.artifact import SKIP_PART_MODULES, Artifact, add_files, read_
 from ...converters.families import family_of
 from ...converters.int8_calibration import read_state_peaks
 from .errors import OnnxModelError
-from .fused_op import FUSED_CELLS
+from .fused_op import FUSED_CELLS, SEQUENCE_MAX_D, uses_sequence_op
 from .onnx_graph import build_image_encoder_graph, build_recurrent_encoder_graph
 from .onnx_graph.recurrent import encoder_dims
 
@@ -57,13 +57,15 @@ def build_graphs(
     precision: str = "fp32",
     int8_scheme: str = "full",
     calibrated: bool = True,
+    sequence_max_dim: int = SEQUENCE_MAX_D,
 ) -> dict[str, onnx.ModelProto]:
     """Every graph of the artifact; ``check=False`` skips ``onnx.checker`` for graphs that go straight to
-    onnxruntime (see ``build_recurrent_encoder_graph``). ``fused``: lngru / rlngru parts use the fused-step
-    custom op (in-memory serving graphs only: ``export_onnx`` never asks for it). ``precision``: fp32 or
-    int8 recurrent products (``onnx_graph.gemms``, activations by ``int8_scheme``); the image projection
-    stays float32 in both. int8 uses the artifact's calibration if it has one (``calibrated=False``: never,
-    for comparisons)."""
+    onnxruntime (see ``build_recurrent_encoder_graph``). ``fused``: lngru / rlngru parts use the fused
+    custom ops, the whole-sequence op for fp32 cells in the scan form whose state is at most
+    ``sequence_max_dim`` wide; in-memory serving graphs only: ``export_onnx`` never asks for it.
+    ``precision``: fp32 or int8 recurrent products (``onnx_graph.gemms``, activations by ``int8_scheme``);
+    the image projection stays float32 in both. int8 uses the artifact's calibration if it has one
+    (``calibrated=False``: never, for comparisons)."""
     partial = artifact.partial_rms
     if partial != 1.0:
         raise OnnxModelError(
@@ -74,20 +76,23 @@ def build_graphs(
     peaks = None
     if precision == "int8" and calibrated:
         peaks = read_state_peaks(artifact, {part: encoder_dims(w)[1] for part, (_, w) in parts.items()})
-    graphs = {
-        part: build_recurrent_encoder_graph(
+    graphs = {}
+    for part, (cell, weights) in parts.items():
+        part_form, part_fused = _form_for(cell, form), fused and cell in FUSED_CELLS
+        graphs[part] = build_recurrent_encoder_graph(
             cell,
             weights,
             opset=opset,
-            form=_form_for(cell, form),
+            form=part_form,
             check=check,
-            fused=fused and cell in FUSED_CELLS,
+            fused=part_fused,
+            sequence_op=part_fused
+            and part_form == "scan"
+            and uses_sequence_op(encoder_dims(weights)[1], precision, sequence_max_dim),
             precision=precision,
             int8_scheme=int8_scheme,
             state_peaks=None if peaks is None else peaks[part],
         )
-        for part, (cell, weights) in parts.items()
-    }
     if not family_of(artifact.manifest).text_only:
         t = artifact.tensors()
         graphs["image"] = build_image_encoder_graph(t["image.proj.weight"], t["image.proj.bias"], opset=opset)

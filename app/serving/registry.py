@@ -563,6 +563,7 @@ class ModelRegistry:
             "strict": s.strict_provider,
             "precision": s.precision,
             "fused_op": s.fused_op,
+            "fused_sequence_max_dim": s.fused_sequence_max_dim,
         }
         engine: Engine = await entry.batcher.run_exclusive(
             lambda: Engine.open(entry.path, backend=s.backend, **options)

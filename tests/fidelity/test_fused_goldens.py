@@ -1,5 +1,7 @@
-"""The goldens through the fused LN-GRU step (the onnx backend's default graph where the library is built),
-checked to be the fused graph and not a silent fallback, next to the plain graph (``LNSERVE_FUSED_OP=0``)."""
+"""The goldens through the fused LN-GRU ops (the onnx backend's default graph where the library is built),
+checked to be the fused graph and not a silent fallback: the whole-sequence op (the fixtures' cells are small,
+so the default), the step op in a Scan (``LNSERVE_FUSED_SEQUENCE_MAX_DIM=0``), and the plain graph
+(``LNSERVE_FUSED_OP=0``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 
 from lnserve.app.runtime.engine import Engine
+from lnserve.app.runtime.fused_op import SEQUENCE_MAX_D
 from lnserve.app.runtime.fused_op.loader import fused_op_status
 from tests.conftest import golden, inputs
 
@@ -21,16 +24,19 @@ def _max_diff(ours: np.ndarray, gold: np.ndarray) -> float:
     return float(np.abs(ours.astype(np.float64) - gold.astype(np.float64)).max())
 
 
-@pytest.fixture(params=["fused", "plain"])
+@pytest.fixture(params=["fused-sequence", "fused-step", "plain"])
 def graph(request: pytest.FixtureRequest) -> str:
-    if request.param == "fused" and not fused_op_status().library.is_file():
+    if request.param != "plain" and not fused_op_status().library.is_file():
         pytest.skip("fused op not built here (no C++ compiler)")
     return str(request.param)
 
 
 def _engine(path: Path, graph: str) -> Engine:
-    engine = Engine.open(path, backend="onnx", fused_op=graph == "fused")
-    assert engine.backend.graph == graph
+    max_dim = 0 if graph == "fused-step" else SEQUENCE_MAX_D
+    engine = Engine.open(path, backend="onnx", fused_op=graph != "plain", fused_sequence_max_dim=max_dim)
+    assert engine.backend.graph == graph.split("-")[0]
+    if graph != "plain":
+        assert set(engine.backend.fused_forms.values()) == {graph.split("-")[1]}
     return engine
 
 

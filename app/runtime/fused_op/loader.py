@@ -10,7 +10,16 @@ import numpy as np
 import onnxruntime as ort
 
 from ..onnx_graph import build_recurrent_encoder_graph
-from . import FUSED_CELLS, SELF_CHECK_TOL, FusedOpStatus, library_path
+from . import FUSED_CELLS, OP_VERSION, SELF_CHECK_TOL, FusedOpStatus, library_path
+
+
+def op_version(library: Path) -> int:
+    """Which ops the library holds (``LnserveFusedOpVersion``; 1: built before the sequence op)."""
+    query = getattr(ctypes.CDLL(str(library)), "LnserveFusedOpVersion", None)
+    if query is None:
+        return 1
+    query.restype = ctypes.c_int
+    return int(query())
 
 
 def code_path(library: Path) -> str:
@@ -39,31 +48,38 @@ def _probe(library: Path) -> FusedOpStatus:
     if not library.is_file():
         return FusedOpStatus(library, False, f"{library.name} was not built (no C++ compiler at install?)")
     try:
-        if code_path(library) == "unknown":  # the op's inputs changed with the query (issue 24)
+        if code_path(library) == "unknown" or op_version(library) < OP_VERSION:  # built from older sources
             return FusedOpStatus(
                 library,
                 False,
                 f"{library.name} was built from an older lngru_step.cc: rebuild it (pip install .)",
             )
         for cell in FUSED_CELLS:
-            gap = self_check(cell, library)
-            if not gap <= SELF_CHECK_TOL:  # also catches NaN
-                return FusedOpStatus(library, False, f"self-check on {cell}: max |fused - plain| = {gap:.3g}")
+            for sequence_op in (False, True):
+                gap = self_check(cell, library, sequence_op=sequence_op)
+                if not gap <= SELF_CHECK_TOL:  # also catches NaN
+                    form = "sequence" if sequence_op else "step"
+                    why = f"self-check of the {form} op on {cell}: max |fused - plain| = {gap:.3g}"
+                    return FusedOpStatus(library, False, why)
     except Exception as exc:  # ORT raises its own pybind exception types
         return FusedOpStatus(library, False, f"{library.name} does not load: {str(exc).splitlines()[0]}")
     return FusedOpStatus(library, True)
 
 
-def self_check(cell: str, library: Path, *, d: int = 64, n_in: int = 16, seed: int = 0) -> float:
-    """max |fused - plain| over a small random cell, a padded batch of 70 rows (two thread-pool chunks at
-    d = 64) and 7 steps."""
+def self_check(
+    cell: str, library: Path, *, d: int = 64, n_in: int = 16, seed: int = 0, sequence_op: bool = False
+) -> float:
+    """max |fused - plain| over a small random cell, a padded batch of 70 rows (two thread-pool chunks of the
+    step op at d = 64) and 7 steps; ``sequence_op``: the whole-sequence op instead of the step op."""
     rng = np.random.default_rng(seed)
     weights = random_cell_weights(rng, cell, n_in, d)
     x = rng.standard_normal((7, 70, n_in)).astype(np.float32)
     lengths = rng.integers(1, 8, 70).astype(np.int64)
     outs = []
     for fused in (False, True):
-        model = build_recurrent_encoder_graph(cell, weights, fused=fused, check=False)
+        model = build_recurrent_encoder_graph(
+            cell, weights, fused=fused, sequence_op=fused and sequence_op, check=False
+        )
         options = ort.SessionOptions()
         options.log_severity_level = 3
         if fused:

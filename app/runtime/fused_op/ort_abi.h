@@ -25,7 +25,7 @@ struct OrtCustomOpDomain;
 struct OrtTensorTypeAndShapeInfo;
 
 enum OrtErrorCodeAbi : int { kOrtOk = 0, kOrtFail = 1, kOrtInvalidArgument = 2 };
-enum OrtElementTypeAbi : int { kOrtFloat = 1 };  // ONNXTensorElementDataType
+enum OrtElementTypeAbi : int { kOrtFloat = 1, kOrtInt64 = 7 };  // ONNXTensorElementDataType
 enum OrtIoCharacteristicAbi : int { kOrtRequired = 0 };
 enum OrtMemTypeAbi : int { kOrtMemTypeDefault = 0 };
 

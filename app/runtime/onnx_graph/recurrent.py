@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 from ....models.cell_types import CELL_TYPES, LSTM_CELLS
 from ..fused_op import DOMAIN, DOMAIN_VERSION, FUSED_CELLS
 from .builder import MIN_OPSET, GraphBuilder, make_model, value_info
-from .fused import FusedGruCell
+from .fused import FusedGruCell, gru_sequence
 from .gemms import FULL, SCHEMES, Gemms, gemms_for
 from .gru import GruCell, native_gru, read_gru
 from .lstm import LstmCell, read_lstm
@@ -59,6 +59,7 @@ def build_recurrent_encoder_graph(
     int8_scheme: str = FULL.name,
     state_peaks: np.ndarray | None = None,
     every_state: bool = False,
+    sequence_op: bool = False,
 ) -> onnx.ModelProto:
     """Build the encoder graph of one recurrent part from its weights (module naming, PyTorch layout).
 
@@ -69,7 +70,8 @@ def build_recurrent_encoder_graph(
     ``precision``: ``fp32`` or ``int8`` products (``onnx_graph.gemms``; int8 runs on onnxruntime only), int8
     with the activation scheme named by ``int8_scheme`` (``gemms.SCHEMES``) and, if calibrated, the state's
     per-feature ``state_peaks`` (d,). ``every_state``: also output every step's state as ``states`` (T, B,
-    d), for ``runtime.calibration``.
+    d), for ``runtime.calibration``. ``sequence_op`` (with ``fused``, fp32, the scan form): the whole
+    recurrence as one custom op instead of the Scan (``onnx_graph.fused``).
     """
     check_options(cell, form, opset)
     if precision != "fp32" and form == "native":
@@ -79,9 +81,13 @@ def build_recurrent_encoder_graph(
     gemms = gemms_for(precision, SCHEMES[int8_scheme], state_peaks)
     if fused and (cell not in FUSED_CELLS or form == "native"):
         raise ValueError(f"the fused step is for cells {FUSED_CELLS} in the scan or loop form")
+    if sequence_op and not (fused and precision == "fp32" and form == "scan" and not every_state):
+        raise ValueError("the sequence op replaces the scan form of a fused fp32 graph with no states output")
     n_in, d = encoder_dims(weights)
     g = GraphBuilder()
-    if form == "native":
+    if sequence_op:
+        h = gru_sequence(g, cell, read_gru(cell, weights, n_in, d), X, LENGTHS)
+    elif form == "native":
         h = native_gru(g, weights, X, LENGTHS, n_in, d)
     else:
         rnn = make_cell(g, cell, weights, n_in, d, opset, fused=fused, gemms=gemms)

@@ -1,0 +1,62 @@
+// The onnxruntime side shared by the custom ops: a kernel's API table and reading an input's data and dims.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ort_abi.h"
+
+namespace lnserve {
+
+struct Kernel {
+  OrtApiSlots ort;
+  bool rms;
+  OrtParallelFor parallel_for;  // nullptr: onnxruntime < 1.17, rows run on the calling thread
+};
+
+constexpr size_t kMaxRank = 2;
+
+// The dims of a tensor of rank <= max_rank (dims holds that many), or false.
+inline bool dims_of(const OrtApiSlots& ort, const OrtValue* v, int64_t* dims, size_t* rank,
+                    size_t max_rank = kMaxRank) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  if (OrtStatus* st = ort.GetTensorTypeAndShape(v, &info)) {
+    ort.ReleaseStatus(st);
+    return false;
+  }
+  bool ok = true;
+  if (OrtStatus* st = ort.GetDimensionsCount(info, rank)) {
+    ort.ReleaseStatus(st);
+    ok = false;
+  } else if (*rank > max_rank) {
+    ok = false;
+  } else if (OrtStatus* st2 = ort.GetDimensions(info, dims, *rank)) {
+    ort.ReleaseStatus(st2);
+    ok = false;
+  }
+  ort.ReleaseTensorTypeAndShapeInfo(info);
+  return ok;
+}
+
+// Input i's data (of the element type the op declared for it, which onnxruntime checks) and dims.
+template <typename T>
+inline bool input(const Kernel& k, OrtKernelContext* ctx, size_t i, const T** data, int64_t* dims, size_t* rank,
+                  size_t max_rank = kMaxRank) {
+  const OrtValue* v = nullptr;
+  if (OrtStatus* st = k.ort.KernelContextGetInput(ctx, i, &v)) {
+    k.ort.ReleaseStatus(st);
+    return false;
+  }
+  void* p = nullptr;
+  if (OrtStatus* st = k.ort.GetTensorMutableData(const_cast<OrtValue*>(v), &p)) {
+    k.ort.ReleaseStatus(st);
+    return false;
+  }
+  *data = static_cast<const T*>(p);
+  return dims_of(k.ort, v, dims, rank, max_rank);
+}
+
+inline bool shape_is(const int64_t* dims, size_t rank, int64_t d0, int64_t d1) {
+  return d1 < 0 ? (rank == 1 && dims[0] == d0) : (rank == 2 && dims[0] == d0 && dims[1] == d1);
+}
+
+}  // namespace lnserve
