@@ -286,6 +286,11 @@ class Engine:
         queues, then encodes many requests' sequences in one call. ``check=False`` returns rows that are
         not finite as they are (the batcher checks per request) instead of raising ``EncodeInputError``.
         ``progress(n)`` after each batch of n."""
+        if 0 < len(seqs) <= batch_size:  # one batch (every HTTP batch): nothing to sort, scatter or copy
+            out = self._encode_batch(*pad_ids(seqs), normalize=normalize).astype(np.float32, copy=False)
+            if progress is not None:
+                progress(len(seqs))
+            return check_finite(out, "sentence") if check else out
         out = np.empty((len(seqs), self.output_dim), dtype=np.float32)
         for idx in length_batches([len(s) for s in seqs], batch_size):
             ids, lengths = pad_ids([seqs[i] for i in idx])
