@@ -16,14 +16,16 @@
 // (lngru_step.cc). For a small one (the demo's d = 64 at a dozen rows: ~3 us of arithmetic a step) it is
 // nearly all the time, and serving pays it on every request; so are the six nodes of the input side. Here
 // both GEMMs (x_t W, h U) are this file's own register-blocked loop (4 rows x 16 columns of accumulators, a
-// lone row 1 x 64), summed over k in ascending order, the same order on every CPU and for every batch (a row's result never
-// depends on the other rows). Compiled per x86-64 level like the step op.
+// lone row 1 x 64), summed over k in ascending order, the same order on every CPU and for every batch (a
+// row's result never depends on the other rows). Compiled per x86-64 level like the step op.
 //
 // Rows are split into groups that each run the whole recurrence: one pool task per group, none per step,
 // and a group only when it has enough work to pay for a thread's wake-up (kGroupFlops).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <atomic>
 
 #include "lngru_math.h"
 #include "lngru_sequence.h"
@@ -182,7 +184,7 @@ struct Groups {
   const Sequence* q;
   int64_t rows_per_group;
   bool rms;
-  bool failed;  // a group's scratch could not be allocated: the caller writes NaN
+  std::atomic<bool> failed;  // a group's scratch could not be allocated: the caller writes NaN
 };
 
 bool run_rows(const Sequence& q, int64_t b0, int64_t n, bool rms) {
@@ -201,7 +203,7 @@ void run_group_task(void* data, size_t i) {
   Groups& g = *static_cast<Groups*>(data);
   const int64_t b0 = static_cast<int64_t>(i) * g.rows_per_group;
   const int64_t n = g.q->rows - b0 < g.rows_per_group ? g.q->rows - b0 : g.rows_per_group;
-  if (!run_rows(*g.q, b0, n, g.rms)) g.failed = true;  // only ever set, so a race writes the same value
+  if (!run_rows(*g.q, b0, n, g.rms)) g.failed.store(true);
 }
 
 bool all_finite(const float* v, int64_t n) {
@@ -270,7 +272,7 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
     k.ort.ReleaseStatus(st);
     groups.failed = !run_rows(q, 0, rows, k.rms);  // the pool refused: every row on this thread
   }
-  if (groups.failed) fill_nan(y, rows * d);
+  if (groups.failed.load()) fill_nan(y, rows * d);
 }
 
 const char* ln_name(const OrtCustomOp*) { return "LnGruSequence"; }
