@@ -34,7 +34,13 @@
 
 namespace {
 
+using lnserve::cpu_provider;
+using lnserve::default_mem;
+using lnserve::destroy;
+using lnserve::float_type;
 using lnserve::Kernel;
+using lnserve::one_output;
+using lnserve::required;
 using lnserve::Step;
 using lnserve::step_rows;
 
@@ -213,10 +219,6 @@ bool all_finite(const float* v, int64_t n) {
   return acc == 0.0f;
 }
 
-void fill_nan(float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = NAN;
-}
-
 void compute(void* op_kernel, OrtKernelContext* ctx) {
   const Kernel& k = *static_cast<const Kernel*>(op_kernel);
   using lnserve::input;
@@ -240,20 +242,10 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
   const int64_t want[12][2] = {{0, 0},      {rows, -1},  {width, 3 * d}, {3 * d, -1}, {2 * d, -1}, {d, -1},
                                {d, 3 * d},  {2 * d, -1}, {d, -1},        {2 * d, -1}, {d, -1},     {d, -1}};
   for (size_t i = 1; ok && i < n_in; ++i) ok = shape_is(dims[i], ranks[i], want[i][0], want[i][1]);
-  const int64_t out_dims[2] = {rows, d};
-  OrtValue* out = nullptr;
-  if (OrtStatus* st = k.ort.KernelContextGetOutput(ctx, 0, out_dims, 2, &out)) {
-    k.ort.ReleaseStatus(st);
-    return;  // onnxruntime reports the missing output
-  }
-  void* p = nullptr;
-  if (OrtStatus* st = k.ort.GetTensorMutableData(out, &p)) {
-    k.ort.ReleaseStatus(st);
-    return;
-  }
-  float* y = static_cast<float*>(p);
+  float* y = lnserve::output_matrix(k, ctx, rows, d);
+  if (y == nullptr) return;  // onnxruntime reports the missing output
   if (!ok) {  // cannot happen with graphs from onnx_graph.fused; NaN rows make the engine refuse the batch
-    fill_nan(y, rows * d);
+    lnserve::fill_nan(y, rows * d);
     return;
   }
   if (rows == 0 || d == 0) return;
@@ -272,22 +264,16 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
     k.ort.ReleaseStatus(st);
     groups.failed = !run_rows(q, 0, rows, k.rms);  // the pool refused: every row on this thread
   }
-  if (groups.failed.load()) fill_nan(y, rows * d);
+  if (groups.failed.load()) lnserve::fill_nan(y, rows * d);
 }
 
 const char* ln_name(const OrtCustomOp*) { return "LnGruSequence"; }
 const char* rms_name(const OrtCustomOp*) { return "RmsGruSequence"; }
-const char* cpu_provider(const OrtCustomOp*) { return nullptr; }  // nullptr: the CPU provider
 OrtElementTypeAbi input_type(const OrtCustomOp*, size_t i) { return i == 1 ? kOrtInt64 : kOrtFloat; }
-OrtElementTypeAbi float_type(const OrtCustomOp*, size_t) { return kOrtFloat; }
 size_t ln_inputs(const OrtCustomOp*) { return 12; }
 size_t rms_inputs(const OrtCustomOp*) { return 9; }
-size_t one_output(const OrtCustomOp*) { return 1; }
 void* ln_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*) { return &g_kernels[0]; }
 void* rms_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*) { return &g_kernels[1]; }
-void destroy(void*) {}
-OrtIoCharacteristicAbi required(const OrtCustomOp*, size_t) { return kOrtRequired; }
-OrtMemTypeAbi default_mem(const OrtCustomOp*, size_t) { return kOrtMemTypeDefault; }
 
 }  // namespace
 

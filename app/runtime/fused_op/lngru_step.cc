@@ -24,7 +24,13 @@ namespace {
 
 using lnserve::Step;
 using lnserve::step_rows;
+using lnserve::cpu_provider;
+using lnserve::default_mem;
+using lnserve::destroy;
+using lnserve::float_type;
 using lnserve::Kernel;
+using lnserve::one_output;
+using lnserve::required;
 using lnserve::input;
 using lnserve::kMaxRank;
 using lnserve::shape_is;
@@ -81,20 +87,10 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
   const int64_t want[7][2] = {{rows, 3 * d}, {rows, 2 * d}, {rows, d}, {rows, d},
                               {2 * d, -1},   {d, -1},       {d, -1}};
   for (size_t i = 0; ok && i < n_in; ++i) ok = shape_is(dims[i], ranks[i], want[i][0], want[i][1]);
-  const int64_t out_dims[2] = {rows, d};
-  OrtValue* out = nullptr;
-  if (OrtStatus* st = k.ort.KernelContextGetOutput(ctx, 0, out_dims, 2, &out)) {
-    k.ort.ReleaseStatus(st);
-    return;  // onnxruntime reports the missing output
-  }
-  void* p = nullptr;
-  if (OrtStatus* st = k.ort.GetTensorMutableData(out, &p)) {
-    k.ort.ReleaseStatus(st);
-    return;
-  }
-  float* y = static_cast<float*>(p);
+  float* y = lnserve::output_matrix(k, ctx, rows, d);
+  if (y == nullptr) return;  // onnxruntime reports the missing output
   if (!ok) {  // cannot happen with graphs from onnx_graph.fused; NaN rows make the engine refuse the batch
-    for (int64_t i = 0; i < rows * d; ++i) y[i] = NAN;
+    lnserve::fill_nan(y, rows * d);
     return;
   }
   const Step s{data[0], data[1], data[2], data[3], data[4], data[5], k.rms ? nullptr : data[6], y, rows, d};
@@ -113,16 +109,10 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
 
 const char* ln_name(const OrtCustomOp*) { return "LnGruStep"; }
 const char* rms_name(const OrtCustomOp*) { return "RmsGruStep"; }
-const char* cpu_provider(const OrtCustomOp*) { return nullptr; }  // nullptr: the CPU provider
-OrtElementTypeAbi float_type(const OrtCustomOp*, size_t) { return kOrtFloat; }
 size_t ln_inputs(const OrtCustomOp*) { return 7; }
 size_t rms_inputs(const OrtCustomOp*) { return 6; }
-size_t one_output(const OrtCustomOp*) { return 1; }
 void* ln_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*) { return &g_kernels[0]; }
 void* rms_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo*) { return &g_kernels[1]; }
-void destroy(void*) {}
-OrtIoCharacteristicAbi required(const OrtCustomOp*, size_t) { return kOrtRequired; }
-OrtMemTypeAbi default_mem(const OrtCustomOp*, size_t) { return kOrtMemTypeDefault; }
 
 const OrtCustomOp kLnOp = {kOrtApiVersion, ln_kernel,  ln_name,  cpu_provider, float_type, ln_inputs,
                            float_type,     one_output, compute,  destroy,      required,   required,

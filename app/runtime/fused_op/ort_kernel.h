@@ -59,4 +59,33 @@ inline bool shape_is(const int64_t* dims, size_t rank, int64_t d0, int64_t d1) {
   return d1 < 0 ? (rank == 1 && dims[0] == d0) : (rank == 2 && dims[0] == d0 && dims[1] == d1);
 }
 
+// Output 0 as a (rows, d) float tensor, or nullptr (onnxruntime then reports the missing output).
+inline float* output_matrix(const Kernel& k, OrtKernelContext* ctx, int64_t rows, int64_t d) {
+  const int64_t out_dims[2] = {rows, d};
+  OrtValue* out = nullptr;
+  if (OrtStatus* st = k.ort.KernelContextGetOutput(ctx, 0, out_dims, 2, &out)) {
+    k.ort.ReleaseStatus(st);
+    return nullptr;
+  }
+  void* p = nullptr;
+  if (OrtStatus* st = k.ort.GetTensorMutableData(out, &p)) {
+    k.ort.ReleaseStatus(st);
+    return nullptr;
+  }
+  return static_cast<float*>(p);
+}
+
+// An op cannot raise through the C ABI: inconsistent inputs give NaN rows, which the engine refuses.
+inline void fill_nan(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = __builtin_nanf("");
+}
+
+// The OrtCustomOp slots that every op here answers alike.
+inline const char* cpu_provider(const OrtCustomOp*) { return nullptr; }  // nullptr: the CPU provider
+inline OrtElementTypeAbi float_type(const OrtCustomOp*, size_t) { return kOrtFloat; }
+inline size_t one_output(const OrtCustomOp*) { return 1; }
+inline void destroy(void*) {}
+inline OrtIoCharacteristicAbi required(const OrtCustomOp*, size_t) { return kOrtRequired; }
+inline OrtMemTypeAbi default_mem(const OrtCustomOp*, size_t) { return kOrtMemTypeDefault; }
+
 }  // namespace lnserve

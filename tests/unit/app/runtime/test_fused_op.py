@@ -11,18 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 from lnserve.app.runtime.engine import Engine
 from lnserve.app.runtime.fused_op import DOMAIN, FUSED_CELLS, LN_OP, RMS_OP
-from lnserve.app.runtime.fused_op.loader import code_path, fused_op_status, random_cell_weights, register
+from lnserve.app.runtime.fused_op.loader import code_path, fused_op_status, random_cell_weights
 from lnserve.app.runtime.onnx_backend import OnnxBackend
 from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
 from lnserve.converters.artifact import read_artifact
-from tests.conftest import inputs
+from tests.support.fused_ops import encode_captions, one_node_model, session
 
 ROOT = Path(__file__).resolve().parents[4]
 LIBRARY = fused_op_status().library
@@ -37,14 +36,6 @@ def test_built_library_passes_its_self_check() -> None:
     assert status.available, status.reason
 
 
-def _session(model: onnx.ModelProto, fused: bool) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if fused:
-        register(options, LIBRARY)
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
 def _run_both(
     cell: str, weights: dict[str, np.ndarray], x: np.ndarray, lengths: np.ndarray
 ) -> list[np.ndarray]:
@@ -52,7 +43,7 @@ def _run_both(
     outs = []
     for fused in (False, True):
         model = build_recurrent_encoder_graph(cell, weights, fused=fused, check=False)
-        outs.append(_session(model, fused).run(["h"], {"x": x, "lengths": lengths})[0])
+        outs.append(session(model, custom=fused).run(["h"], {"x": x, "lengths": lengths})[0])
     return outs
 
 
@@ -101,18 +92,10 @@ def test_fused_step_with_inconsistent_shapes_returns_nan_not_garbage() -> None:
         helper.make_tensor("b_c", TensorProto.FLOAT, [d], np.zeros(d)),
     ]
     node = helper.make_node(LN_OP, [*shapes, "s_ru", "s_c", "b_c"], ["y"], domain=DOMAIN)
-    graph = helper.make_graph(
-        [node],
-        "bad",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in shapes.items()],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(DOMAIN, 1)], ir_version=8
-    )
+    graph_inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in shapes.items()]
+    model = one_node_model(node, graph_inputs, inits)
     feeds = {k: np.ones(s, np.float32) for k, s in shapes.items()}
-    (y,) = _session(model, fused=True).run(["y"], feeds)
+    (y,) = session(model, custom=True).run(["y"], feeds)
     assert y.shape == (b, d) and np.isnan(y).all()
 
 
@@ -182,10 +165,6 @@ def test_export_stays_standard_onnx_and_is_served_as_exported(
     assert built.backend.graph == "plain"
 
 
-def _encode(engine: Engine) -> np.ndarray:
-    return engine.encode_sentences(inputs()["order_embedding"]["captions"], pretokenized=True, batch_size=5)
-
-
 @needs_library
 @pytest.mark.parametrize("name", ["oe_order_lngru", "oe_order_rlngru"])
 def test_backend_serves_fused_and_opt_out_serves_plain(name: str, artifacts: dict[str, Path]) -> None:
@@ -193,7 +172,7 @@ def test_backend_serves_fused_and_opt_out_serves_plain(name: str, artifacts: dic
     plain = Engine.open(artifacts[name], backend="onnx", fused_op=False)
     assert (fused.backend.graph, fused.backend.graph_note) == ("fused", "")
     assert plain.backend.graph == "plain" and "LNSERVE_FUSED_OP=0" in plain.backend.graph_note
-    assert float(np.abs(_encode(fused) - _encode(plain)).max()) <= 1e-6
+    assert float(np.abs(encode_captions(fused) - encode_captions(plain)).max()) <= 1e-6
 
 
 def test_missing_library_falls_back_to_plain_and_says_why(
@@ -205,7 +184,7 @@ def test_missing_library_falls_back_to_plain_and_says_why(
     assert "was not built" in backend.graph_note
     assert "onnx graph: plain" in caplog.text
     reference = Engine.open(artifacts["oe_order_lngru"], backend="onnx", fused_op=False)
-    assert np.array_equal(_encode(Engine(artifact, backend)), _encode(reference))
+    assert np.array_equal(encode_captions(Engine(artifact, backend)), encode_captions(reference))
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler here")

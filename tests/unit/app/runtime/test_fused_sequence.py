@@ -22,29 +22,20 @@ from lnserve.app.runtime.fused_op import (
     SEQUENCE_MAX_D,
     uses_sequence_op,
 )
-from lnserve.app.runtime.fused_op.loader import fused_op_status, random_cell_weights, register
+from lnserve.app.runtime.fused_op.loader import fused_op_status, random_cell_weights
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
-from tests.conftest import inputs
+from tests.support.fused_ops import encode_captions, one_node_model, session
 
 LIBRARY = fused_op_status().library
 needs_library = pytest.mark.skipif(not LIBRARY.is_file(), reason="fused op not built here (no C++ compiler)")
 PARITY = 3e-6  # sequence op vs plain graph on the same inputs; measured <= 1.2e-6 at d <= 256
 
 
-def _session(model: onnx.ModelProto, *, custom: bool, threads: int = 2) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = threads
-    if custom:
-        register(options, LIBRARY)
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
 def _graphs(cell: str, weights: dict[str, np.ndarray]) -> tuple[ort.InferenceSession, ort.InferenceSession]:
     """(plain Scan graph, sequence-op graph) sessions of one cell."""
     plain = build_recurrent_encoder_graph(cell, weights, check=False)
     sequence = build_recurrent_encoder_graph(cell, weights, fused=True, sequence_op=True, check=False)
-    return _session(plain, custom=False), _session(sequence, custom=True)
+    return session(plain, custom=False, threads=2), session(sequence, custom=True, threads=2)
 
 
 def _h(session: ort.InferenceSession, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -89,7 +80,7 @@ def test_a_row_never_depends_on_its_batch_or_its_padding(cell: str) -> None:
     padded = np.concatenate([x, rng.standard_normal((4, batch, n_in)).astype(np.float32)])
     assert np.array_equal(_h(sequence, padded, lengths), whole)  # padding steps are never read
     weights = random_cell_weights(np.random.default_rng(5), cell, n_in, d)
-    one_thread = _session(
+    one_thread = session(
         build_recurrent_encoder_graph(cell, weights, fused=True, sequence_op=True, check=False),
         custom=True,
         threads=1,
@@ -165,26 +156,14 @@ def test_inconsistent_shapes_give_nan_not_garbage() -> None:
     shapes |= {"U": [d, 2 * d], "s_hh_ru": [2 * d], "s_hh_c": [d]}  # U is too narrow
     inits = [helper.make_tensor(k, TensorProto.FLOAT, s, np.ones(s).ravel()) for k, s in shapes.items()]
     node = helper.make_node(RMS_SEQUENCE_OP, ["x", "lengths", *shapes], ["y"], domain=DOMAIN)
-    graph = helper.make_graph(
-        [node],
-        "bad",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, b, n_in]),
-            helper.make_tensor_value_info("lengths", TensorProto.INT64, [b]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(DOMAIN, 1)], ir_version=8
-    )
+    graph_inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, b, n_in]),
+        helper.make_tensor_value_info("lengths", TensorProto.INT64, [b]),
+    ]
+    model = one_node_model(node, graph_inputs, inits)
     feeds = {"x": np.ones((steps, b, n_in), np.float32), "lengths": np.array([3, 1], np.int64)}
-    (y,) = _session(model, custom=True).run(["y"], feeds)
+    (y,) = session(model, custom=True).run(["y"], feeds)
     assert y.shape == (b, d) and np.isnan(y).all()
-
-
-def _encode(engine: Engine) -> np.ndarray:
-    return engine.encode_sentences(inputs()["order_embedding"]["captions"], pretokenized=True, batch_size=5)
 
 
 @needs_library
@@ -198,8 +177,8 @@ def test_backend_runs_small_cells_as_one_op_unless_told_not_to(name: str, artifa
     assert step.backend.fused_forms == int8.backend.fused_forms == {"sentence": "step"}
     plain = Engine.open(artifacts[name], backend="onnx", fused_op=False)
     assert plain.backend.fused_forms == {}
-    assert float(np.abs(_encode(sequence) - _encode(plain)).max()) <= PARITY
-    assert float(np.abs(_encode(sequence) - _encode(step)).max()) <= PARITY
+    assert float(np.abs(encode_captions(sequence) - encode_captions(plain)).max()) <= PARITY
+    assert float(np.abs(encode_captions(sequence) - encode_captions(step)).max()) <= PARITY
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler here")
