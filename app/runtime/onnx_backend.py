@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from ...converters.artifact import Artifact
 from ...converters.families import family_of
 from .cpu_features import cpu_flags, int8_scheme_for
 from .errors import EncodeInputError, OnnxModelError, ProviderUnavailableError
-from .fused_op import FUSED_CELLS, LN_SEQUENCE_OP, RMS_SEQUENCE_OP, SEQUENCE_MAX_D
+from .fused_op import FUSED_CELLS, LN_OP, LN_SEQUENCE_OP, RMS_OP, RMS_SEQUENCE_OP, SEQUENCE_MAX_D
 from .fused_op.loader import fused_op_status, register
 from .onnx_export import DEFAULT_FORM, EXPORT_FORMAT, build_fp16_graphs, build_graphs
 from .onnx_graph.gemms import SCHEMES
@@ -63,7 +64,7 @@ def session_options(threads: int | None) -> ort.SessionOptions:
 
 
 ort.set_default_logger_severity(3)
-SEQUENCE_OPS = {LN_SEQUENCE_OP, RMS_SEQUENCE_OP}
+SEQUENCE_OPS, STEP_OPS = {LN_SEQUENCE_OP, RMS_SEQUENCE_OP}, {LN_OP, RMS_OP}
 
 
 class OnnxBackend:
@@ -194,11 +195,8 @@ class OnnxBackend:
             int8_scheme=self.int8_scheme or "full",
             sequence_max_dim=self.fused_sequence_max_dim,
         )  # check=False: ORT validates
-        self.fused_forms = {
-            part: "sequence" if {n.op_type for n in model.graph.node} & SEQUENCE_OPS else "step"
-            for part, model in graphs.items()
-            if fused and part != "image"
-        }
+        forms = {part: _fused_form(model.graph) for part, model in graphs.items()}
+        self.fused_forms = {part: form for part, form in forms.items() if form}
         if self.fused_forms:
             forms = ", ".join(f"{part}: {form} op" for part, form in self.fused_forms.items())
             log.info("%s: fused graph parts: %s", artifact.name, forms)
@@ -223,6 +221,16 @@ class OnnxBackend:
     def image_projection(self, features: np.ndarray) -> np.ndarray:
         feeds = {"features": np.ascontiguousarray(features, dtype=np.float32)}
         return self.sessions["image"].run(["projected"], feeds)[0]
+
+
+def _fused_form(graph: onnx.GraphProto) -> str | None:
+    """Which fused op a built graph runs: ``sequence`` (one node), ``step`` (in its Scan's body), or None."""
+    ops = {node.op_type for node in graph.node}
+    if ops & SEQUENCE_OPS:
+        return "sequence"
+    graph_type = onnx.AttributeProto.GRAPH
+    bodies = [attr.g for node in graph.node for attr in node.attribute if attr.type == graph_type]
+    return "step" if any({n.op_type for n in body.node} & STEP_OPS for body in bodies) else None
 
 
 def _part_cells(artifact: Artifact) -> list[str]:

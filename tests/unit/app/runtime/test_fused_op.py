@@ -210,6 +210,7 @@ def test_broken_library_falls_back_to_plain(artifacts: dict[str, Path], tmp_path
 def test_cells_without_norms_keep_the_plain_graph_silently(artifacts: dict[str, Path]) -> None:
     engine = Engine.open(artifacts["oe_order_gru"], backend="onnx")
     assert (engine.backend.graph, engine.backend.graph_note) == ("plain", "")
+    assert engine.backend.fused_forms == {}
     with pytest.raises(ValueError, match="fused step is for cells"):
         weights = random_cell_weights(np.random.default_rng(0), "gru", 4, 4)
         build_recurrent_encoder_graph("gru", weights, fused=True)
