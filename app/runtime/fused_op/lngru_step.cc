@@ -8,7 +8,7 @@
 //   LnGruStep(hu (B,3d), a (B,2d), c (B,d), h (B,d), s_ru (2d), s_c (d), b_c (d)) -> h' (B,d)
 //   RmsGruStep(the same without b_c)
 //
-// (the maths: lngru_math.h). The row loop is
+// The maths are in lngru_math.h, shared with the whole-sequence op (lngru_sequence.cc). The row loop is
 // compiled for AVX-512, AVX2+FMA and the x86-64 baseline and picked at load time (GCC target_clones), so
 // the library stays portable between machines. Rows are split over onnxruntime's intra-op thread pool
 // (KernelContext_ParallelFor) in chunks of at least kChunkElements outputs.
@@ -22,18 +22,18 @@
 
 namespace {
 
-using lnserve::Step;
-using lnserve::step_rows;
 using lnserve::cpu_provider;
 using lnserve::default_mem;
 using lnserve::destroy;
 using lnserve::float_type;
+using lnserve::input;
 using lnserve::Kernel;
+using lnserve::kMaxRank;
 using lnserve::one_output;
 using lnserve::required;
-using lnserve::input;
-using lnserve::kMaxRank;
 using lnserve::shape_is;
+using lnserve::Step;
+using lnserve::step_rows;
 
 LNSERVE_CLONES void ln_rows(const Step& s) { step_rows<false, true>(s); }
 LNSERVE_CLONES void rms_rows(const Step& s) { step_rows<true, false>(s); }
