@@ -198,8 +198,8 @@ class OnnxBackend:
         forms = {part: _fused_form(model.graph) for part, model in graphs.items()}
         self.fused_forms = {part: form for part, form in forms.items() if form}
         if self.fused_forms:
-            forms = ", ".join(f"{part}: {form} op" for part, form in self.fused_forms.items())
-            log.info("%s: fused graph parts: %s", artifact.name, forms)
+            listed = ", ".join(f"{part}: {form} op" for part, form in self.fused_forms.items())
+            log.info("%s: fused graph parts: %s", artifact.name, listed)
         return {part: model.SerializeToString() for part, model in graphs.items()}
 
     def _session(self, source: bytes | str, options: ort.SessionOptions, part: str) -> ort.InferenceSession:
