@@ -63,7 +63,6 @@ struct Sequence {
   const float* b_c;  // (d) norm4's bias
   float* out;  // (B, d)
   int64_t steps, rows, n_in, d;
-  bool u_finite;  // the first step's h U is then exactly +0.0 (h = 0): it is skipped
 };
 
 // Columns [j0, ...) of y (R, n) = x (R, k) @ w (k, n) in blocks of C * kCols, as far as whole blocks go; each
@@ -159,11 +158,7 @@ LNSERVE_INLINE void run_group(const Sequence& q, int64_t b0, int64_t n, float* s
   for (int64_t t = 0; t < steps; ++t) {
     gemm_rows(q.x + (t * rows + b0) * q.n_in, q.w, z, n, q.n_in, 3 * d);
     input_rows<kRms, kBias>(q, z, a, c, n);
-    if (t == 0 && q.u_finite) {  // h = 0: the +0.0 sums the GEMM would give, without the GEMM
-      memset(hu, 0, sizeof(float) * n * 3 * d);
-    } else {
-      gemm_rows(h, q.u, hu, n, d, 3 * d);
-    }
+    gemm_rows(h, q.u, hu, n, d, 3 * d);
     step_rows<kRms, kBias>(Step{hu, a, c, h, q.s_ru, q.s_c, q.b_c, next, n, d});
     for (int64_t r = 0; r < n; ++r) {  // a row past its length keeps its last valid state
       if (t >= q.lengths[b0 + r]) memcpy(next + r * d, h + r * d, sizeof(float) * d);
@@ -212,13 +207,6 @@ void run_group_task(void* data, size_t i) {
   if (!run_rows(*g.q, b0, n, g.rms)) g.failed.store(true);
 }
 
-bool all_finite(const float* v, int64_t n) {
-  float acc = 0.0f;  // v * 0 is 0 for finite v and NaN for inf or NaN
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += v[i] * 0.0f;
-  return acc == 0.0f;
-}
-
 void compute(void* op_kernel, OrtKernelContext* ctx) {
   const Kernel& k = *static_cast<const Kernel*>(op_kernel);
   using lnserve::input;
@@ -252,7 +240,7 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
   const bool bias = !k.rms;
   const Sequence q{data[0], lengths, data[2], data[3], data[4], data[5], data[6], data[7], data[8],
                    bias ? data[9] : nullptr, bias ? data[10] : nullptr, bias ? data[11] : nullptr,
-                   y, steps, rows, width, d, all_finite(data[6], 3 * d * d)};
+                   y, steps, rows, width, d};
   const int64_t row_flops = 6 * d * (width + d) * (steps > 0 ? steps : 1);  // the GEMMs', per row
   int64_t per_group = (kGroupFlops + row_flops - 1) / row_flops;
   per_group = (per_group + kRows - 1) / kRows * kRows;

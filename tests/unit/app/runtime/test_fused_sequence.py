@@ -107,9 +107,8 @@ def test_saturated_gates_and_a_non_finite_row(cell: str) -> None:
 
 @needs_library
 def test_a_non_finite_recurrent_weight_poisons_rows_like_the_plain_graph() -> None:
-    """The op skips the first step's h U (h = 0 makes it exactly 0) only for finite weights: with an inf in
-    U, 0 * inf is NaN, so even one-step rows come out NaN as from the plain graph (and the engine refuses
-    them) instead of as a finite vector."""
+    """The first step's h U is computed like the plain graph's (h = 0, but 0 * inf is NaN): with an inf in
+    U even one-step rows come out NaN (and the engine refuses them), never as a finite vector."""
     rng = np.random.default_rng(4)
     weights = random_cell_weights(rng, "lngru", 6, 8)
     weights["weight_hh"][3, 2] = np.inf
