@@ -230,12 +230,8 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
   const int64_t want[12][2] = {{0, 0},      {rows, -1},  {width, 3 * d}, {3 * d, -1}, {2 * d, -1}, {d, -1},
                                {d, 3 * d},  {2 * d, -1}, {d, -1},        {2 * d, -1}, {d, -1},     {d, -1}};
   for (size_t i = 1; ok && i < n_in; ++i) ok = shape_is(dims[i], ranks[i], want[i][0], want[i][1]);
-  float* y = lnserve::output_matrix(k, ctx, rows, d);
-  if (y == nullptr) return;  // onnxruntime reports the missing output
-  if (!ok) {  // cannot happen with graphs from onnx_graph.fused; NaN rows make the engine refuse the batch
-    lnserve::fill_nan(y, rows * d);
-    return;
-  }
+  float* y = lnserve::output_matrix(k, ctx, rows, d, ok);
+  if (y == nullptr) return;  // no output (onnxruntime reports it), or NaN rows for inconsistent inputs
   if (rows == 0 || d == 0) return;
   const bool bias = !k.rms;
   const Sequence q{data[0], lengths, data[2], data[3], data[4], data[5], data[6], data[7], data[8],

@@ -87,12 +87,8 @@ void compute(void* op_kernel, OrtKernelContext* ctx) {
   const int64_t want[7][2] = {{rows, 3 * d}, {rows, 2 * d}, {rows, d}, {rows, d},
                               {2 * d, -1},   {d, -1},       {d, -1}};
   for (size_t i = 0; ok && i < n_in; ++i) ok = shape_is(dims[i], ranks[i], want[i][0], want[i][1]);
-  float* y = lnserve::output_matrix(k, ctx, rows, d);
-  if (y == nullptr) return;  // onnxruntime reports the missing output
-  if (!ok) {  // cannot happen with graphs from onnx_graph.fused; NaN rows make the engine refuse the batch
-    lnserve::fill_nan(y, rows * d);
-    return;
-  }
+  float* y = lnserve::output_matrix(k, ctx, rows, d, ok);
+  if (y == nullptr) return;  // no output (onnxruntime reports it), or NaN rows for inconsistent inputs
   const Step s{data[0], data[1], data[2], data[3], data[4], data[5], k.rms ? nullptr : data[6], y, rows, d};
   const int64_t per_chunk = d >= kChunkElements ? 1 : kChunkElements / (d > 0 ? d : 1);
   const int64_t n_chunks = (rows + per_chunk - 1) / per_chunk;

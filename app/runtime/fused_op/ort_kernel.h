@@ -59,8 +59,15 @@ inline bool shape_is(const int64_t* dims, size_t rank, int64_t d0, int64_t d1) {
   return d1 < 0 ? (rank == 1 && dims[0] == d0) : (rank == 2 && dims[0] == d0 && dims[1] == d1);
 }
 
-// Output 0 as a (rows, d) float tensor, or nullptr (onnxruntime then reports the missing output).
-inline float* output_matrix(const Kernel& k, OrtKernelContext* ctx, int64_t rows, int64_t d) {
+// An op cannot raise through the C ABI: inconsistent inputs or a failed allocation give NaN rows.
+inline void fill_nan(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = __builtin_nanf("");
+}
+
+// Output 0 as a (rows, d) float tensor to write, or nullptr: when it cannot be had (onnxruntime then reports
+// the missing output), or when the inputs were not ``consistent`` (never with graphs from onnx_graph.fused),
+// after filling it with NaN rows, which make the engine refuse the batch.
+inline float* output_matrix(const Kernel& k, OrtKernelContext* ctx, int64_t rows, int64_t d, bool consistent) {
   const int64_t out_dims[2] = {rows, d};
   OrtValue* out = nullptr;
   if (OrtStatus* st = k.ort.KernelContextGetOutput(ctx, 0, out_dims, 2, &out)) {
@@ -72,13 +79,14 @@ inline float* output_matrix(const Kernel& k, OrtKernelContext* ctx, int64_t rows
     k.ort.ReleaseStatus(st);
     return nullptr;
   }
-  return static_cast<float*>(p);
+  float* y = static_cast<float*>(p);
+  if (!consistent) {
+    fill_nan(y, rows * d);
+    return nullptr;
+  }
+  return y;
 }
 
-// An op cannot raise through the C ABI: inconsistent inputs give NaN rows, which the engine refuses.
-inline void fill_nan(float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = __builtin_nanf("");
-}
 
 // The OrtCustomOp slots that every op here answers alike.
 inline const char* cpu_provider(const OrtCustomOp*) { return nullptr; }  // nullptr: the CPU provider
