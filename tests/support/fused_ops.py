@@ -10,7 +10,7 @@ from onnx import helper
 
 from lnserve.app.runtime.engine import Engine
 from lnserve.app.runtime.fused_op import DOMAIN
-from lnserve.app.runtime.fused_op.loader import fused_op_status, register
+from lnserve.app.runtime.fused_op.loader import fused_op_status, random_cell_weights, register
 from tests.conftest import inputs
 
 
@@ -34,6 +34,28 @@ def one_node_model(
     return helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(DOMAIN, 1)], ir_version=8
     )
+
+
+def padded_batch(
+    rng: np.random.Generator, steps: int, batch: int, n_in: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random inputs x (steps, batch, n_in) and lengths from 1 to steps, the first row full length: most
+    rows padded."""
+    x = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
+    lengths = rng.integers(1, steps + 1, batch).astype(np.int64)
+    lengths[0] = steps
+    return x, lengths
+
+
+def saturating_case(cell: str) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """(weights, x, lengths) that saturate the gates (biases x400, inputs x50), with a NaN input in row 1 at
+    step 2: that row must come out NaN and rows 0, 2 and 3 untouched."""
+    rng = np.random.default_rng(3)
+    weights = random_cell_weights(rng, cell, 8, 16)
+    weights["bias_ih"] = weights["bias_ih"] * 400.0
+    x = (rng.standard_normal((5, 4, 8)) * 50.0).astype(np.float32)
+    x[2, 1, 3] = np.nan
+    return weights, x, np.array([5, 5, 3, 1], np.int64)
 
 
 def encode_captions(engine: Engine) -> np.ndarray:

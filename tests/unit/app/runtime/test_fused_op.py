@@ -21,7 +21,7 @@ from lnserve.app.runtime.onnx_backend import OnnxBackend
 from lnserve.app.runtime.onnx_export import export_onnx
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
 from lnserve.converters.artifact import read_artifact
-from tests.support.fused_ops import encode_captions, one_node_model, session
+from tests.support.fused_ops import encode_captions, one_node_model, padded_batch, saturating_case, session
 
 ROOT = Path(__file__).resolve().parents[4]
 LIBRARY = fused_op_status().library
@@ -55,10 +55,7 @@ def test_fused_graph_matches_plain_graph(cell: str, n_in: int, d: int, batch: in
     32 rows, the last one short; lengths pad most rows."""
     rng = np.random.default_rng(d + batch)
     weights = random_cell_weights(rng, cell, n_in, d)
-    steps = 9
-    x = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
-    lengths = rng.integers(1, steps + 1, batch).astype(np.int64)
-    lengths[0] = steps
+    x, lengths = padded_batch(rng, 9, batch, n_in)
     plain, fused = _run_both(cell, weights, x, lengths)
     assert fused.shape == plain.shape == (batch, d)
     assert float(np.abs(fused - plain).max()) <= PARITY
@@ -69,12 +66,7 @@ def test_fused_graph_matches_plain_graph(cell: str, n_in: int, d: int, batch: in
 def test_fused_step_saturated_gates_and_non_finite_rows(cell: str) -> None:
     """Large pre-activations saturate sigmoid/tanh exactly like the plain graph; a NaN input row stays NaN
     (the engine then reports the row), and the other rows are untouched."""
-    rng = np.random.default_rng(3)
-    weights = random_cell_weights(rng, cell, 8, 16)
-    weights["bias_ih"] = weights["bias_ih"] * 400.0
-    x = (rng.standard_normal((5, 4, 8)) * 50.0).astype(np.float32)
-    x[2, 1, 3] = np.nan
-    lengths = np.array([5, 5, 3, 1], np.int64)
+    weights, x, lengths = saturating_case(cell)
     plain, fused = _run_both(cell, weights, x, lengths)
     assert np.isnan(plain[1]).all() and np.isnan(fused[1]).all()
     ok = [0, 2, 3]

@@ -24,7 +24,7 @@ from lnserve.app.runtime.fused_op import (
 )
 from lnserve.app.runtime.fused_op.loader import fused_op_status, random_cell_weights
 from lnserve.app.runtime.onnx_graph import build_recurrent_encoder_graph
-from tests.support.fused_ops import encode_captions, one_node_model, session
+from tests.support.fused_ops import encode_captions, one_node_model, padded_batch, saturating_case, session
 
 LIBRARY = fused_op_status().library
 needs_library = pytest.mark.skipif(not LIBRARY.is_file(), reason="fused op not built here (no C++ compiler)")
@@ -54,10 +54,7 @@ def test_sequence_graph_matches_plain_graph(cell: str, n_in: int, d: int, batch:
     into several thread-pool groups; lengths pad most rows."""
     rng = np.random.default_rng(d + batch)
     weights = random_cell_weights(rng, cell, n_in, d)
-    steps = 9
-    x = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
-    lengths = rng.integers(1, steps + 1, batch).astype(np.int64)
-    lengths[0] = steps
+    x, lengths = padded_batch(rng, 9, batch, n_in)
     plain, sequence = (_h(s, x, lengths) for s in _graphs(cell, weights))
     assert sequence.shape == plain.shape == (batch, d)
     assert float(np.abs(sequence - plain).max()) <= PARITY
@@ -93,12 +90,7 @@ def test_a_row_never_depends_on_its_batch_or_its_padding(cell: str) -> None:
 def test_saturated_gates_and_a_non_finite_row(cell: str) -> None:
     """Large pre-activations saturate like the plain graph; a NaN input stays in its row (the engine then
     reports that row), the other rows are untouched."""
-    rng = np.random.default_rng(3)
-    weights = random_cell_weights(rng, cell, 8, 16)
-    weights["bias_ih"] = weights["bias_ih"] * 400.0
-    x = (rng.standard_normal((5, 4, 8)) * 50.0).astype(np.float32)
-    x[2, 1, 3] = np.nan
-    lengths = np.array([5, 5, 3, 1], np.int64)
+    weights, x, lengths = saturating_case(cell)
     plain, sequence = (_h(s, x, lengths) for s in _graphs(cell, weights))
     assert np.isnan(plain[1]).all() and np.isnan(sequence[1]).all()
     ok = [0, 2, 3]
