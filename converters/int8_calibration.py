@@ -26,9 +26,8 @@ from .errors import ManifestMismatchError
 
 SECTION = "int8_calibration"
 PEAKS_DIR = "int8/"
-TAG_HEX = (
-    16  # hex digits of the peaks file's sha256 in its name and in the int8 pin: ``<identity>:int8@<tag>``
-)
+# hex digits of the peaks file's sha256 in its name and in the int8 pin: ``<identity>:int8@<tag>``
+TAG_HEX = 16
 PEAKS_NAME = re.compile(rf"int8/state_peaks-([0-9a-f]{{{TAG_HEX}}})\.safetensors")
 PEAK_FLOOR = 1.0 / 32  # a feature that barely moves keeps a range of a few levels, never a division by 0
 
